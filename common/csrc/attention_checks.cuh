@@ -1,0 +1,69 @@
+// Input validation and launch checking shared by every extension (tasks 2, 4 and 5).
+//
+// Each check raises a Python exception with a sentence a student can act on:
+// TORCH_CHECK_VALUE -> ValueError, TORCH_CHECK_TYPE -> TypeError, TORCH_CHECK -> RuntimeError.
+// Only light headers are included (no torch/extension.h): kernel files compile in seconds,
+// and the CPU-only CI can compile them with the CPU build of torch.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <torch/types.h>
+
+#include <string>
+
+namespace attn {
+
+// A CUDA tensor on the current device, of one of the listed dtypes.
+inline void check_cuda_tensor(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.defined(), name, " is undefined (None); pass a tensor.");
+  TORCH_CHECK_VALUE(t.is_cuda(), name, " must be a CUDA tensor but is on ", t.device(),
+                    "; move it with .cuda().");
+}
+
+inline void check_dtype(const torch::Tensor& t, const char* name,
+                        std::initializer_list<c10::ScalarType> allowed) {
+  for (auto dtype : allowed) {
+    if (t.scalar_type() == dtype) return;
+  }
+  std::string names;
+  for (auto dtype : allowed) {
+    if (!names.empty()) names += ", ";
+    names += c10::toString(dtype);
+  }
+  TORCH_CHECK_TYPE(false, name, " has dtype ", t.scalar_type(), " but this kernel takes ", names,
+                   "; convert it with .to(...).");
+}
+
+inline void check_dim(const torch::Tensor& t, const char* name, int64_t dims, const char* layout) {
+  TORCH_CHECK_VALUE(t.dim() == dims, name, " must have ", dims, " dimensions ", layout,
+                    " but has shape ", t.sizes(), ".");
+}
+
+inline void check_contiguous(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.is_contiguous(), name,
+                    " must be contiguous (it is a strided view); call .contiguous() first.");
+}
+
+inline void check_same(const torch::Tensor& a, const char* a_name, const torch::Tensor& b,
+                       const char* b_name) {
+  TORCH_CHECK_VALUE(a.device() == b.device(), a_name, " is on ", a.device(), " but ", b_name,
+                    " is on ", b.device(), "; put them on the same GPU.");
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), a_name, " has dtype ", a.scalar_type(),
+                   " but ", b_name, " has ", b.scalar_type(), "; use one dtype.");
+}
+
+inline void check_nonempty(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.numel() > 0, name, " is empty (shape ", t.sizes(),
+                    "); attention needs at least one token.");
+}
+
+// Call right after every kernel launch: a bad launch configuration raises at once, with the
+// kernel's name, instead of surfacing later as an unrelated error.
+inline void check_launch(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  TORCH_CHECK(err == cudaSuccess, kernel, " failed to launch: ", cudaGetErrorString(err));
+}
+
+inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+}  // namespace attn

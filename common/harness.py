@@ -1,0 +1,150 @@
+"""The course test protocol, shared by every task's test.py and by pytest.
+
+`module_checks` runs one attention module the way the course grades it (seeded
+nn.MultiheadAttention weights, the same input to both, allclose atol 1e-6) and adds what the
+course lacked: a float64 reference with a fresh random input each run, and honest timing.
+`task_main` is the body of every `python -m taskN.test`: parse flags, run the chosen check
+groups, print the PASS/FAIL report, record the measured figures, exit 0 or 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from common.checks import Check, check_allclose, check_relative, report
+from common.mha import make_mha, mha_forward, mha_weights, reference_module_output
+from common.timing import time_any
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    if requested:
+        return torch.device(requested)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def fresh_generator(seed: int | None, device) -> tuple[torch.Generator, int]:
+    """A generator for the test's inputs: fresh each run unless a seed is given to reproduce."""
+    seed = secrets.randbits(31) if seed is None else seed
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen, seed
+
+
+@dataclass
+class ModuleCase:
+    batch: int
+    seq: int
+    causal: bool
+
+    @property
+    def label(self) -> str:
+        return f"b{self.batch}_s{self.seq}"
+
+    @property
+    def mask(self) -> str:
+        return "causal" if self.causal else "noncausal"
+
+
+def module_checks(task: str, make_module: Callable, *, hidden: int, heads: int,
+                  cases: list[ModuleCase], weight_seed: int, input_seed: int | None = None,
+                  device: torch.device, fp64_max_batch: int = 4, course_allclose: bool = True,
+                  timing: bool = False, timing_repeats: int = 10) -> tuple[list[Check], dict]:
+    """Check `make_module(w_q, w_k, w_v, w_o, hidden, heads)` against nn.MultiheadAttention.
+
+    For each case: the course check (allclose atol 1e-6 against nn.MultiheadAttention with
+    weights seeded by `weight_seed`), then the relative error against the float64 module on
+    the first `fp64_max_batch` sequences (float64 at full size would not fit), and, with
+    `timing`, the speedup over nn.MultiheadAttention (median of CUDA-event timings).
+    Returns the checks and the metrics {f"{task}.speedup.{mask}.{label}": x, ...}.
+    """
+    checks: list[Check] = []
+    metrics: dict[str, float] = {}
+    gen, seed = fresh_generator(input_seed, device)
+    mha = make_mha(hidden, heads, device=device, seed=weight_seed)
+    weights = mha_weights(mha)
+    module = make_module(*weights, hidden, heads)
+    print(f"[{task}] hidden {hidden}, {heads} heads, weights seed {weight_seed}, "
+          f"inputs seed {seed} (pass --seed {seed} to reproduce), device {device}")
+    for case in cases:
+        name = f"{case.mask} (B,S)=({case.batch},{case.seq})"
+        x = torch.randn(case.batch, case.seq, hidden, device=device, generator=gen)
+        with torch.no_grad():
+            expected = mha_forward(mha, x, case.causal)
+            try:
+                out = module(x, causal=case.causal)
+            except NotImplementedError as err:
+                checks.append(Check(name, False, f"not implemented: {err}"))
+                continue
+            if course_allclose:
+                checks.append(check_allclose(f"{name} vs nn.MultiheadAttention", out, expected))
+            nb = min(case.batch, fp64_max_batch)
+            truth = reference_module_output(x[:nb], weights, heads, case.causal)
+            checks.append(check_relative(f"{name} vs float64", out[:nb], truth, x.dtype))
+            if timing:
+                t_ref = time_any(lambda x=x, c=case.causal: mha_forward(mha, x, c), device,
+                                 repeats=timing_repeats, warmup=2)
+                t_ours = time_any(lambda x=x, c=case.causal: module(x, causal=c), device,
+                                  repeats=timing_repeats, warmup=2)
+                speedup = t_ref.median_ms / t_ours.median_ms
+                key = f"{task}.speedup.{case.mask}.{case.label}"
+                metrics[key] = speedup
+                metrics[f"{task}.module_ms.{case.mask}.{case.label}"] = t_ours.median_ms
+                metrics[f"{task}.mha_ms.{case.mask}.{case.label}"] = t_ref.median_ms
+                checks.append(Check(f"{name} timing", True,
+                                    f"ours {t_ours.median_ms:.3f} ms, nn.MultiheadAttention "
+                                    f"{t_ref.median_ms:.3f} ms, speedup {speedup:.2f}x"))
+        del x, expected, out
+    return checks, metrics
+
+
+def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[list[Check], dict]]],
+              argv=None, description: str = "", extra_args: Callable | None = None) -> int:
+    """Run the chosen groups (`--<group>` flags, several allowed; none = all), report, record.
+
+    Each group is `fn(args) -> (checks, metrics)`. Metrics are appended to
+    results/<gpu>.json when the run is on a GPU and every check passed (use --no-record
+    to skip); a failing run never overwrites good numbers.
+    """
+    from common.build import BuildError
+
+    parser = argparse.ArgumentParser(prog=f"python -m {task}.test", description=description)
+    for g in groups:
+        parser.add_argument(f"--{g}", action="store_true", help=f"run the {g} checks")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed for the random inputs (default: fresh each run)")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    parser.add_argument("--no-record", action="store_true",
+                        help="do not append the measured figures to results/<gpu>.json")
+    if extra_args:
+        extra_args(parser)
+    args = parser.parse_args(argv)
+    chosen = [g for g in groups if getattr(args, g.replace("-", "_"))] or list(groups)
+
+    all_checks: list[Check] = []
+    metrics: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    for g in chosen:
+        try:
+            result = groups[g](args)
+        except BuildError as err:
+            print(f"[{task}] {err}")
+            all_checks.append(Check(g, False, "the extension did not build (see above)"))
+            continue
+        checks, found = result[0], result[1]
+        all_checks += checks
+        metrics.update(found)
+        if len(result) > 2:
+            texts.update(result[2])
+    code = report(f"{task}: {', '.join(chosen)}", all_checks)
+    device = pick_device(args.device)
+    if (metrics or texts) and device.type == "cuda" and not args.no_record and code == 0:
+        from common.results import record
+
+        path = record(metrics, texts)
+        print(f"[{task}] recorded {len(metrics) + len(texts)} figures in {path}")
+    return code

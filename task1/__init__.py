@@ -1,0 +1,1 @@
+"""Task 1: multi-head self-attention written naively in PyTorch."""

@@ -1,0 +1,34 @@
+"""Task 1 test: the naive PyTorch attention against nn.MultiheadAttention.
+
+    python -m task1.test            # runs on the GPU if there is one, else on the CPU
+
+hidden 128, 8 heads, B 4, S 10, non-causal and causal, fp32 (the course's shapes).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from common.harness import ModuleCase, module_checks, pick_device, task_main
+from task1.attention import CustomSelfAttention
+
+HIDDEN, HEADS, WEIGHT_SEED = 128, 8, 0
+CASES = [ModuleCase(4, 10, causal=False), ModuleCase(4, 10, causal=True)]
+
+
+def attention_checks(args=None):
+    seed = getattr(args, "seed", None)
+    device = pick_device(getattr(args, "device", None))
+    return module_checks("task1", CustomSelfAttention, hidden=HIDDEN, heads=HEADS, cases=CASES,
+                         weight_seed=WEIGHT_SEED, input_seed=seed, device=device)
+
+
+GROUPS = {"attention": attention_checks}
+
+
+def main(argv=None) -> int:
+    return task_main("task1", GROUPS, argv, description=__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Task 3: FlashAttention-2 (Algorithm 1, forward) in PyTorch."""

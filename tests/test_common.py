@@ -1,0 +1,93 @@
+"""The shared machinery in common/: checks, results, timing, build errors, the test harness."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from common import checks, results
+from common.checks import Check
+from common.harness import task_main
+from common.timing import attention_flops, time_cpu
+
+
+def test_reference_attention_matches_a_hand_written_softmax():
+    q, k, v = checks.random_qkv(2, 3, 5, 4, device="cpu")
+    scores = (q.double() @ k.double().transpose(-2, -1)) / 2.0
+    scores = scores.masked_fill(torch.triu(torch.ones(5, 5, dtype=torch.bool), 1), -math.inf)
+    expected = torch.softmax(scores, -1) @ v.double()
+    assert torch.allclose(checks.reference_attention(q, k, v, causal=True), expected)
+
+
+def test_causal_mask_is_bottom_right_aligned_for_decode():
+    keep = checks.causal_keep_mask(1, 7)
+    assert keep.all(), "a single decode query must see every cached key"
+    assert torch.equal(checks.causal_keep_mask(3, 3), torch.tril(torch.ones(3, 3, dtype=torch.bool)))
+
+
+def test_an_unwritten_poisoned_element_fails_the_check():
+    ref = torch.randn(4, 4, dtype=torch.float64)
+    out = ref.float().clone()
+    out[1, 2] = float("nan")
+    check = checks.check_relative("poison", out, ref, torch.float32)
+    assert not check.passed and checks.relative_error(out, ref) == math.inf
+
+
+def test_a_small_error_passes_and_a_large_one_fails():
+    ref = torch.randn(64, 64, dtype=torch.float64)
+    assert checks.check_relative("ok", ref.float(), ref, torch.float32).passed
+    assert not checks.check_relative("bad", (ref * 1.01).float(), ref, torch.float32).passed
+
+
+def test_check_raises_needs_the_right_exception():
+    assert checks.check_raises("ok", lambda: (_ for _ in ()).throw(ValueError("bad shape"))).passed
+    assert not checks.check_raises("none", lambda: None).passed
+    assert not checks.check_raises("wrong", lambda: 1 / 0).passed
+
+
+def test_results_record_then_render(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    path = results.record({"task4.speedup.causal.b64_s4096": 1.234,
+                           "task5.speedup.tbt": 7.5}, {"task7.text.greedy": "Hello"},
+                          path=tmp_path / "h100.json")
+    data = json.loads(path.read_text())
+    assert data["metrics"]["task5.speedup.tbt"] == 7.5 and data["runs"][0]["torch"]
+    text = results.render_markdown(results.load(path), "h100")
+    assert "1.23x" in text and "7.50x" in text and "Hello" in text
+    assert "torch " + torch.__version__ in text
+
+
+def test_blank_template_has_no_numbers():
+    text = results.render_markdown(None, "gpu")
+    assert results.BLANK in text and "x |" not in text
+
+
+def test_time_cpu_reports_a_median():
+    t = time_cpu(lambda: sum(range(1000)), repeats=5)
+    assert t.repeats == 5 and 0 < t.min_ms <= t.median_ms <= t.p90_ms
+
+
+def test_attention_flops_halves_when_causal():
+    full = attention_flops(4, 32, 4096, 4096, 128, causal=False)
+    assert full == 4 * 4 * 32 * 4096**2 * 128
+    assert attention_flops(4, 32, 4096, 4096, 128, causal=True) == full / 2
+
+
+def test_task_main_exits_nonzero_when_a_check_fails(capsys):
+    groups = {"good": lambda a: ([Check("a", True)], {}), "bad": lambda a: ([Check("b", False)], {})}
+    assert task_main("demo", groups, ["--good", "--no-record"]) == 0
+    assert task_main("demo", groups, ["--no-record"]) == 1
+    assert "FAIL  b" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
+def test_build_without_cuda_is_one_clear_sentence():
+    from common.build import BuildError, load_extension
+
+    with pytest.raises(BuildError) as info:
+        load_extension("nothing", ["task1/attention.py"])
+    message = str(info.value)
+    assert "\n" not in message and ("CPU-only" in message or "No CUDA GPU" in message)
