@@ -10,9 +10,11 @@ groups, print the PASS/FAIL report, record the measured figures, exit 0 or 1.
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -120,6 +122,8 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     parser.add_argument("--no-record", action="store_true",
                         help="do not append the measured figures to results/<gpu>.json")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the checks and figures to this JSON file (the grader reads it)")
     if extra_args:
         extra_args(parser)
     args = parser.parse_args(argv)
@@ -141,6 +145,11 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
         if len(result) > 2:
             texts.update(result[2])
     code = report(f"{task}: {', '.join(chosen)}", all_checks)
+    if args.json:
+        args.json.write_text(json.dumps({
+            "task": task, "groups": chosen, "exit_code": code, "metrics": metrics, "texts": texts,
+            "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in all_checks],
+        }, indent=1) + "\n")
     device = pick_device(args.device)
     if (metrics or texts) and device.type == "cuda" and not args.no_record and code == 0:
         from common.results import record
