@@ -107,7 +107,8 @@ def main(argv=None) -> int:
             failed += 1
             print(output)
     print(f"{len(paths) - failed}/{len(paths)} sources compile")
-    return 1 if failed or not paths else 0
+    # No sources at all is a failure for the whole repository, not for a folder without any.
+    return 1 if failed or (not paths and not args) else 0
 
 
 if __name__ == "__main__":

@@ -114,7 +114,8 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
     """
     from common.build import BuildError
 
-    parser = argparse.ArgumentParser(prog=f"python -m {task}.test", description=description)
+    parser = argparse.ArgumentParser(prog=f"python -m {task}.test", description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     for g in groups:
         parser.add_argument(f"--{g}", action="store_true", help=f"run the {g} checks")
     parser.add_argument("--seed", type=int, default=None,
