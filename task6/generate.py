@@ -1,0 +1,202 @@
+"""Task 6: generation, prefill then one decode step per new token, each step a CUDA graph.
+
+    tokens = generate(model, prompt_tokens, max_new_tokens=100)
+
+Time to first token (TTFT) is the prefill: one forward over the whole prompt, whose last
+logits give the first new token. Time between tokens (TBT) is one decode step: a forward
+over one token per sequence against the KV cache.
+
+Why a CUDA graph: at the course size a decode step is some 17 kernels per layer, 24 layers,
+about 400 launches. Launched from Python through nn.Modules, each costs on the order of 10 us
+of host time: several ms a step, a large part of the time the GPU needs to read the fp32
+weights once (26 GB at ~3 TB/s, ~8.6 ms; half that in bf16). A CUDA graph records
+the whole step once (all layers, lm_head, argmax) and replays it with one launch. It replays
+the same kernels on the same addresses, so everything that changes from step to step lives
+in static tensors that the kernels read on the device: the input token, and the position as a
+CUDA int32 tensor (RoPE indexes its tables with it; update_kv_cache writes there and the
+decode kernel attends to position + 1 tokens). The graph itself writes the next token into
+the input and advances the position, so each step is just `graph.replay()`.
+
+Timing (when `timings` is a dict and the model is on a GPU) uses CUDA events recorded on the
+stream: TTFT from before the prefill to after the first token; TBT = the decode loop's time
+divided by its steps. The graph capture is set-up, outside both.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from task6.model import KVCache, customModel
+
+
+class GraphDecodeStep:
+    """One greedy decode step of `model` over `kv_cache`, captured once in a CUDA graph.
+
+    token [B, 1]: the token fed to the step (input), then the token it chose (output).
+    position: 0-d int32, the cache position of `token`; the step advances it by one.
+    logits [B, vocab]: the step's last logits (valid until the next replay).
+    """
+
+    WARMUP_STEPS = 2
+
+    def __init__(self, model: customModel, kv_cache: KVCache, first_token: torch.Tensor,
+                 position: int):
+        self.token = first_token.reshape(-1, 1).clone()
+        self.position = torch.tensor(position, dtype=torch.int32, device=first_token.device)
+
+        def step() -> torch.Tensor:
+            logits, _ = model(self.token, kv_cache, self.position, last_logits_only=True)
+            last = logits[:, -1]
+            self.token.copy_(last.argmax(dim=-1, keepdim=True))
+            self.position.add_(1)
+            return last
+
+        # PyTorch's rule for capture: run the code a few times first on a side stream, so that
+        # lazy work (cuBLAS handles and heuristics, kernel module loading, allocator growth)
+        # happens outside the capture. Each warm-up starts from the saved token and position,
+        # so they all write the cache at `position` with the token the first real step feeds:
+        # the same values it will write again, and nothing beyond the cache's end.
+        saved_token, saved_position = self.token.clone(), self.position.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP_STEPS):
+                self.token.copy_(saved_token)
+                self.position.copy_(saved_position)
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.token.copy_(saved_token)
+        self.position.copy_(saved_position)
+
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):   # records only: nothing runs, no state changes
+            self.logits = step()
+        # One replay, undone like the warm-ups: the first launch of a graph also uploads it to
+        # the GPU, a one-time cost that is not part of the time between tokens.
+        self.graph.replay()
+        self.token.copy_(saved_token)
+        self.position.copy_(saved_position)
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run one step; return (the chosen tokens [B], the step's logits [B, vocab])."""
+        self.graph.replay()
+        return self.token[:, 0], self.logits
+
+
+class _Clock:
+    """CUDA events on the current stream, only when asked to time (never a host clock)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def mark(self) -> torch.cuda.Event | None:
+        if not self.enabled:
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+
+def _pick(last_logits: torch.Tensor, greedy: bool, temperature: float, generator) -> torch.Tensor:
+    if greedy:
+        return last_logits.argmax(dim=-1)
+    probs = torch.softmax(last_logits.float() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+@torch.no_grad()
+def generate(model: customModel, prompt_tokens: torch.Tensor, max_new_tokens: int,
+             greedy: bool = True, use_cuda_graph: bool = True, *, kv_cache: KVCache | None = None,
+             temperature: float = 1.0, generator: torch.Generator | None = None,
+             timings: dict | None = None, progress: bool = False, return_logits: bool = False):
+    """Generate max_new_tokens tokens after prompt_tokens [B, P]; return them, [B, max_new_tokens].
+
+    greedy: argmax (default); else sampling at `temperature` (eager: no graph).
+    use_cuda_graph: replay each decode step as one CUDA graph (on a GPU, greedy); else eager.
+    kv_cache: a preallocated cache (model.allocate_kv_cache) of >= P + max_new_tokens - 1
+        positions; by default one of P + max_new_tokens positions is allocated, once.
+    timings: a dict filled, on a GPU, with ttft_ms, tbt_ms (mean), step_ms (each step),
+        decode_steps.
+    progress: a tqdm bar over the decode steps.
+    return_logits: also return the logits that chose each token, [B, max_new_tokens, vocab].
+    """
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1 (got {max_new_tokens!r}).")
+    if not isinstance(prompt_tokens, torch.Tensor) or prompt_tokens.dim() != 2:
+        raise ValueError("prompt_tokens must be a [batch, prompt_len] tensor of token ids.")
+    batch, prompt_len = prompt_tokens.shape
+    # The last new token is returned, never fed back: P + max_new_tokens - 1 positions are used.
+    needed = prompt_len + max_new_tokens - 1
+    if needed > model.max_seq_len:
+        raise ValueError(f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) - 1 = {needed} "
+                         f"positions exceed the model's max_seq_len {model.max_seq_len}.")
+    if kv_cache is None:
+        kv_cache = model.allocate_kv_cache(batch, min(prompt_len + max_new_tokens, model.max_seq_len))
+    elif kv_cache and kv_cache[0][0].shape[1] < needed:
+        raise ValueError(f"kv_cache holds {kv_cache[0][0].shape[1]} positions but this generation "
+                         f"needs {needed}.")
+    device = prompt_tokens.device
+    on_gpu = device.type == "cuda"
+    graph = use_cuda_graph and greedy and on_gpu
+    clock = _Clock(on_gpu and (timings is not None or progress))
+
+    tokens = torch.empty(batch, max_new_tokens, dtype=torch.long, device=device)
+    all_logits = (torch.empty(batch, max_new_tokens, model.vocab_size, dtype=model.dtype,
+                              device=device) if return_logits else None)
+
+    # Prefill: the whole prompt at once; its last logits choose the first new token.
+    start = clock.mark()
+    logits, _ = model(prompt_tokens, kv_cache, 0, last_logits_only=True)
+    tokens[:, 0] = _pick(logits[:, -1], greedy, temperature, generator)
+    if all_logits is not None:
+        all_logits[:, 0] = logits[:, -1]
+    first = clock.mark()
+
+    # Decode: step i feeds token i - 1 at cache position P + i - 1 and chooses token i.
+    steps = max_new_tokens - 1
+    marks = []
+    if steps:
+        graph_step = GraphDecodeStep(model, kv_cache, tokens[:, 0], prompt_len) if graph else None
+
+        def decode_step(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            if graph_step is not None:
+                return graph_step()
+            out, _ = model(tokens[:, i - 1:i], kv_cache, prompt_len + i - 1, last_logits_only=True)
+            return _pick(out[:, -1], greedy, temperature, generator), out[:, -1]
+
+        bar = _progress_bar(steps, progress)
+        decode_start = clock.mark()
+        for i in range(1, max_new_tokens):
+            chosen, last_logits = decode_step(i)
+            tokens[:, i] = chosen
+            if all_logits is not None:
+                all_logits[:, i] = last_logits
+            marks.append(clock.mark())
+            if bar is not None:
+                # Wait for the step before this one, not this one: the GPU always has the next
+                # step queued, so the bar is accurate to one step and costs no idle time.
+                if len(marks) >= 2 and marks[-2] is not None:
+                    marks[-2].synchronize()
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+
+    if timings is not None and on_gpu:
+        torch.cuda.synchronize()
+        timings["ttft_ms"] = start.elapsed_time(first)
+        timings["decode_steps"] = steps
+        if steps:
+            timings["tbt_ms"] = decode_start.elapsed_time(marks[-1]) / steps
+            timings["step_ms"] = [a.elapsed_time(b) for a, b in zip([decode_start] + marks[:-1], marks,
+                                                                    strict=True)]
+    return (tokens, all_logits) if return_logits else tokens
+
+
+def _progress_bar(total: int, enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:   # tqdm is in requirements.txt, but a bar is not worth a crash
+        return None
+    return tqdm(total=total, desc="decode", unit="tok", leave=False)

@@ -1,0 +1,421 @@
+"""Task 6: a dummy decoder-only LLM that runs on our kernels end to end.
+
+nanoGPT-style, one file, top to bottom:
+
+    tokens [B, S] -> embedding -> num_layers x DecoderLayer -> LayerNorm -> lm_head -> logits
+    DecoderLayer (pre-LN):  x = x + attn(ln1(x));  x = x + mlp(ln2(x))
+    Attention:  q, k, v = biased projections of x; RoPE on q and k; attention; biased o_proj
+    MLP (SwiGLU, width 4 * hidden):  down(silu(gate(x)) * up(x))
+
+Inference has two phases, and every call says which one it is by its input:
+
+  * prefill: the whole prompt, tokens [B, S] (no cache, or a fresh one). The K and V of every
+    prompt token go into the KV cache (task 5's update_kv_cache) and causal attention over the
+    prompt runs on task 4's FlashAttention kernel. Big matrix products: compute-bound.
+  * decode: one new token per sequence, tokens [B, 1], with the cache. Its K and V are written
+    at position current_pos and task 5's decode kernel attends its query to the
+    current_pos + 1 cached tokens. Every weight is read once to produce B tokens:
+    memory-bound, which is why generate.py replays each decode step as one CUDA graph.
+
+The cache is one (k_cache, v_cache) pair per layer, each [B, max_len, hidden] (token-major,
+heads interleaved in hidden, as task 5 lays it out), allocated once per generation and written
+in place, never re-allocated. RoPE is applied before the write, so it holds rotated keys.
+
+attention="torch" runs the same model on plain PyTorch (F.scaled_dot_product_attention and
+tensor writes into the cache): the reference the tests compare against, and the path that
+runs on a CPU. `model.attention_backend` switches between the two on the same weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from task6.rope import RotaryEmbedding, apply_rope
+
+BACKENDS = ("custom", "torch")
+# What task 4's and task 5's kernels accept (they raise for anything else; we say it earlier).
+KERNEL_MAX_HEAD_DIM = 128
+KERNEL_HEAD_DIM_MULTIPLE = 8
+
+KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # one (k_cache, v_cache) per layer
+
+
+@functools.cache
+def kernels() -> SimpleNamespace:
+    """Task 4's and task 5's entry points, imported on first use (so this file imports on a
+    machine without CUDA; the import builds or loads the extensions)."""
+    task4 = importlib.import_module("task4.attention")
+    task5 = importlib.import_module("task5.attention")
+    return SimpleNamespace(flash_attention=task4.flash_attention,
+                           allocate_kv_cache=task5.allocate_kv_cache,
+                           update_kv_cache=task5.update_kv_cache,
+                           decode_attention=task5.decode_attention)
+
+
+@dataclass
+class StepInfo:
+    """What every layer needs to know about one forward call, worked out once per call."""
+
+    backend: str                       # "custom" (our kernels) or "torch"
+    decode: bool                       # one token against the cache, or a prefill
+    current_pos: int | torch.Tensor    # cache position of this call's first token
+    seq_len: int | torch.Tensor        # tokens in the cache once this call's are written
+    cos: torch.Tensor                  # [S, head_dim] RoPE tables at this call's positions
+    sin: torch.Tensor
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden_dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_dim // num_heads
+        # q, k and v projections stacked in one biased Linear (nanoGPT's c_attn): a decode
+        # step is bound by reading weights, and one large matrix product reads them closer to
+        # the memory bandwidth than three small ones, with two launches fewer.
+        self.qkv_proj = nn.Linear(hidden_dim, 3 * hidden_dim)
+        self.o_proj = nn.Linear(hidden_dim, hidden_dim)
+
+    def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                step: StepInfo) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        heads = self.num_heads
+        qkv = self.qkv_proj(x).view(batch, seq, 3 * heads, self.head_dim)
+        # RoPE on the q and k heads together (one rotation, 3 kernels, for both); k is rotated
+        # before it is cached. q, k, v are views [B, S, heads, head_dim] whose rows are 2 or 3
+        # hidden apart: every kernel below takes strides, as long as the last dim is contiguous.
+        qk = apply_rope(qkv[:, :, :2 * heads], step.cos, step.sin)
+        q, k, v = qk[:, :, :heads], qk[:, :, heads:], qkv[:, :, 2 * heads:]
+        attend = self.attend_custom if step.backend == "custom" else self.attend_torch
+        return self.o_proj(attend(q, k, v, k_cache, v_cache, step))
+
+    def attend_custom(self, q, k, v, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
+        """Write k, v into the cache and attend, on task 4's and task 5's kernels.
+
+        q, k, v: [B, S, heads, head_dim] views with a contiguous last dim (k already rotated).
+        Returns [B, S, hidden].
+        """
+        # BEGIN SOLUTION
+        # HINT: ops = kernels() holds the entry points. Both phases first write the new keys
+        # HINT: and values into the cache at step.current_pos with ops.update_kv_cache (k, v as
+        # HINT: [B, S, hidden] views).
+        # HINT: Decode (step.decode, S == 1): ops.decode_attention(q as [B, 1, hidden], k_cache,
+        # HINT: v_cache, self.num_heads, step.seq_len) attends to the first step.seq_len cached
+        # HINT: tokens and returns [B, 1, hidden].
+        # HINT: Prefill: ops.flash_attention(q, k, v, causal=True) takes [B, heads, S, head_dim]
+        # HINT: views (transpose(1, 2), no copy) and returns [B, heads, S, head_dim]; transpose
+        # HINT: back and reshape to [B, S, hidden].
+        ops = kernels()
+        batch, seq, heads, head_dim = q.shape
+        hidden = heads * head_dim
+        ops.update_kv_cache(k_cache, v_cache, k.view(batch, seq, hidden),
+                            v.view(batch, seq, hidden), step.current_pos)
+        if step.decode:
+            # The new token is the last one in the cache, so every cached token is in its past:
+            # no mask is needed (causal=False), only the length, read on the device when it
+            # is a tensor (a CUDA graph replays this call for every position).
+            return ops.decode_attention(q.view(batch, 1, hidden), k_cache, v_cache, heads,
+                                        step.seq_len)
+        # Prefill attends the prompt to itself, straight from q, k, v (the cache now holds the
+        # same k and v); transposes are views, the kernel takes any strides but the last.
+        out = ops.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                  causal=True)
+        return out.transpose(1, 2).reshape(batch, seq, hidden)
+        # END SOLUTION
+
+    def attend_torch(self, q, k, v, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
+        """The same with plain PyTorch: tensor writes and F.scaled_dot_product_attention."""
+        batch, seq, heads, head_dim = q.shape
+        hidden = heads * head_dim
+        if isinstance(step.current_pos, int):
+            k_cache[:, step.current_pos:step.current_pos + seq] = k.view(batch, seq, hidden)
+            v_cache[:, step.current_pos:step.current_pos + seq] = v.view(batch, seq, hidden)
+        else:  # a position tensor (CUDA graph): index_copy_ reads it on the device
+            positions = step.current_pos.reshape(1).long() + torch.arange(seq, device=q.device)
+            k_cache.index_copy_(1, positions, k.view(batch, seq, hidden))
+            v_cache.index_copy_(1, positions, v.view(batch, seq, hidden))
+
+        def split_heads(t):   # [B, L, hidden] (any batch stride) -> [B, heads, L, head_dim] view
+            return t.view(t.shape[0], t.shape[1], heads, head_dim).transpose(1, 2)
+
+        if not step.decode:
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                 v.transpose(1, 2), is_causal=True)
+        elif isinstance(step.seq_len, int):
+            out = F.scaled_dot_product_attention(q.transpose(1, 2),
+                                                 split_heads(k_cache[:, :step.seq_len]),
+                                                 split_heads(v_cache[:, :step.seq_len]))
+        else:
+            # The length lives on the device: attend to the whole cache and mask the unwritten
+            # tail. Masked weights are exactly 0, but 0 * NaN is NaN, so the tail must hold
+            # finite values: this path's caches are allocated with zeros.
+            keep = torch.arange(k_cache.shape[1], device=q.device) < step.seq_len
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), split_heads(k_cache),
+                                                 split_heads(v_cache),
+                                                 attn_mask=keep.view(1, 1, 1, -1))
+        return out.transpose(1, 2).reshape(batch, seq, hidden)
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)), width 4 * hidden."""
+
+    def __init__(self, hidden_dim: int):
+        super().__init__()
+        self.width = 4 * hidden_dim
+        # gate and up stacked in one Linear, for the same reason as qkv_proj.
+        self.gate_up_proj = nn.Linear(hidden_dim, 2 * self.width, bias=False)
+        self.down_proj = nn.Linear(self.width, hidden_dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, hidden_dim: int, num_heads: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(hidden_dim)
+        self.attn = Attention(hidden_dim, num_heads)
+        self.ln2 = nn.LayerNorm(hidden_dim)
+        self.mlp = MLP(hidden_dim)
+
+    def forward(self, x, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), k_cache, v_cache, step)
+        return x + self.mlp(self.ln2(x))
+
+
+class customModel(nn.Module):
+    """The dummy LLM (the course's name). Weights are seeded and drawn on `device` in `dtype`.
+
+    attention: "custom" (task 4's and task 5's kernels, CUDA only) or "torch" (plain PyTorch,
+    any device); `model.attention_backend` switches it later, on the same weights.
+    device="meta" builds the shapes only (no memory), e.g. to count the parameters. Choose the
+    dtype here: model.half() or .to(dtype) afterwards would also round the RoPE tables.
+    """
+
+    def __init__(self, hidden_dim: int, num_heads: int, num_layers: int, vocab_size: int,
+                 max_seq_len: int = 4096, attention: str = "custom", *, device=None,
+                 dtype: torch.dtype = torch.float32, seed: int = 0):
+        super().__init__()
+        for name, value in (("hidden_dim", hidden_dim), ("num_heads", num_heads),
+                            ("num_layers", num_layers), ("vocab_size", vocab_size),
+                            ("max_seq_len", max_seq_len)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int (got {value!r}).")
+        if hidden_dim % num_heads != 0:
+            raise ValueError(f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}.")
+        if (hidden_dim // num_heads) % 2 != 0:
+            raise ValueError(f"head_dim = hidden_dim / num_heads = {hidden_dim // num_heads} must "
+                             "be even: RoPE rotates pairs of coordinates.")
+        if dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            raise TypeError(f"dtype must be float32, float16 or bfloat16 (float64 too, for "
+                            f"references on the torch path), got {dtype}.")
+        self.hidden_dim, self.num_heads, self.num_layers = hidden_dim, num_heads, num_layers
+        self.head_dim = hidden_dim // num_heads
+        self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
+        self.attention_backend = attention
+        device = torch.device(device) if device is not None else torch.device("cpu")
+
+        # Shapes first, on the meta device (no memory, no default init), then storage on the
+        # target device in the target dtype, then one seeded init there: the 6.5 G parameters
+        # of the course model are drawn once, on the GPU, never initialised on the CPU first.
+        with torch.device("meta"):
+            self.embed = nn.Embedding(vocab_size, hidden_dim)
+            self.layers = nn.ModuleList(DecoderLayer(hidden_dim, num_heads)
+                                        for _ in range(num_layers))
+            self.ln_f = nn.LayerNorm(hidden_dim)
+            self.lm_head = nn.Linear(hidden_dim, vocab_size, bias=False)
+        self.to(dtype=dtype)
+        self.to_empty(device=device)
+        if device.type != "meta":
+            self._init_weights(seed)
+        self.rope = RotaryEmbedding(self.head_dim, max_seq_len, device=device)
+        self.requires_grad_(False)   # inference only
+        self.eval()
+
+    @torch.no_grad()
+    def _init_weights(self, seed: int) -> None:
+        """GPT-2's init: N(0, 0.02), residual projections (o_proj, down_proj) scaled by
+        1/sqrt(2 * num_layers) so the residual stream does not grow with depth. Biases are
+        drawn too (not zero), so a bias dropped somewhere shows in the tests; LayerNorms start
+        as the identity."""
+        gen = torch.Generator(device=self.embed.weight.device)
+        gen.manual_seed(seed)
+        residual_std = 0.02 / math.sqrt(2 * self.num_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+            elif isinstance(module, (nn.Linear, nn.Embedding)):
+                std = residual_std if name.endswith(("o_proj", "down_proj")) else 0.02
+                module.weight.normal_(0.0, std, generator=gen)
+                if getattr(module, "bias", None) is not None:
+                    module.bias.normal_(0.0, 0.02, generator=gen)
+
+    # --- configuration ----------------------------------------------------------------------
+
+    @property
+    def attention_backend(self) -> str:
+        return self._attention_backend
+
+    @attention_backend.setter
+    def attention_backend(self, name: str) -> None:
+        if name not in BACKENDS:
+            raise ValueError(f"attention must be one of {BACKENDS} (got {name!r}).")
+        head_dim = self.hidden_dim // self.num_heads
+        if name == "custom" and (head_dim > KERNEL_MAX_HEAD_DIM
+                                 or head_dim % KERNEL_HEAD_DIM_MULTIPLE != 0):
+            raise ValueError(
+                f"attention='custom' runs kernels that take head_dim <= {KERNEL_MAX_HEAD_DIM} and a "
+                f"multiple of {KERNEL_HEAD_DIM_MULTIPLE}, but hidden_dim / num_heads = {head_dim}; "
+                "use more heads, or attention='torch'.")
+        self._attention_backend = name
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    def allocate_kv_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        """One (k_cache, v_cache) per layer, each [batch, max_len, hidden]: once per generation.
+
+        The custom path allocates through task 5; the torch path with zeros (its CUDA-graph
+        decode reads the unwritten tail under a mask, which must not be NaN).
+        """
+        max_len = self.max_seq_len if max_len is None else max_len
+        if not 1 <= max_len <= self.max_seq_len:
+            raise ValueError(f"max_len {max_len} must be in [1, max_seq_len = {self.max_seq_len}] "
+                             "(RoPE tables cover max_seq_len positions).")
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1 (got {batch}).")
+        if self.attention_backend == "custom":
+            alloc = kernels().allocate_kv_cache
+            return [alloc(batch, max_len, self.hidden_dim, self.dtype, self.device)
+                    for _ in range(self.num_layers)]
+        return [tuple(torch.zeros(batch, max_len, self.hidden_dim, dtype=self.dtype,
+                                  device=self.device) for _ in range(2))
+                for _ in range(self.num_layers)]
+
+    # --- the forward pass -------------------------------------------------------------------
+
+    def forward(self, tokens: torch.Tensor, kv_cache: KVCache | None = None,
+                current_pos: int | torch.Tensor = 0, *,
+                last_logits_only: bool = False) -> tuple[torch.Tensor, KVCache]:
+        """Prefill or one decode step; returns (logits, kv_cache).
+
+        tokens [B, S] (int64). Prefill: any S with no cache (one of max_seq_len positions is
+        allocated) or with a preallocated one, current_pos 0. Decode: S == 1 with a cache,
+        current_pos = the new token's position (a Python int, or a 0-d int32 tensor on the
+        model's device, which a CUDA graph reads on the device and which is not bounds-checked
+        here: the caller keeps it inside the cache). Logits: [B, S, vocab], or [B, 1, vocab]
+        for the last position only with last_logits_only=True.
+        """
+        batch, seq = self._check_tokens(tokens)
+        decode = kv_cache is not None and seq == 1
+        if kv_cache is None:
+            kv_cache = self.allocate_kv_cache(batch)
+        cache_len = self._check_cache(kv_cache, batch)
+        self._check_position(current_pos, decode, seq, cache_len, tokens)
+        if not decode or (isinstance(current_pos, int) and current_pos == 0):
+            # One sync per prefill (a 1-token prompt into a given cache counts), none per
+            # decode step: decode steps feed back ids that argmax chose, always in range.
+            self._check_token_range(tokens)
+
+        cos, sin = self.rope.at(current_pos, seq, self.dtype)
+        step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=current_pos,
+                        seq_len=current_pos + seq, cos=cos, sin=sin)
+        x = self.embed(tokens)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
+            x = layer(x, k_cache, v_cache, step)
+        x = self.ln_f(x)
+        if last_logits_only:
+            x = x[:, -1:]
+        return self.lm_head(x), kv_cache
+
+    # --- input checks: a clear Python error instead of a kernel fault --------------------------
+
+    def _check_tokens(self, tokens) -> tuple[int, int]:
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"tokens must be a tensor of token ids [batch, seq], got {type(tokens).__name__}.")
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"tokens must hold integer token ids (int64), but have dtype {tokens.dtype}.")
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [batch, seq] but have shape {tuple(tokens.shape)}.")
+        if tokens.numel() == 0:
+            raise ValueError(f"tokens is empty (shape {tuple(tokens.shape)}); pass at least one token.")
+        if tokens.device != self.device:
+            raise ValueError(f"tokens are on {tokens.device} but the model is on {self.device}; "
+                             "move them with .to(model.device).")
+        if self.attention_backend == "custom":
+            self._check_kernel_device()
+        return tokens.shape[0], tokens.shape[1]
+
+    def _check_kernel_device(self) -> None:
+        if self.device.type != "cuda":
+            raise ValueError("attention='custom' runs the CUDA kernels of tasks 4 and 5, but the "
+                             f"model is on {self.device}; build it on a GPU or use attention='torch'.")
+
+    def _check_token_range(self, tokens: torch.Tensor) -> None:
+        # An id outside the vocabulary would be an out-of-bounds read in the embedding (on a
+        # GPU, a device-side assert that kills the process).
+        if ((tokens < 0) | (tokens >= self.vocab_size)).any().item():
+            raise ValueError(f"token ids must be in [0, vocab_size = {self.vocab_size}); got "
+                             f"min {tokens.min().item()}, max {tokens.max().item()}.")
+
+    def _check_cache(self, kv_cache, batch: int) -> int:
+        if not isinstance(kv_cache, (list, tuple)) or len(kv_cache) != self.num_layers:
+            raise ValueError(f"kv_cache must be a list of {self.num_layers} (k_cache, v_cache) pairs "
+                             "(one per layer), as model.allocate_kv_cache returns.")
+        cache_len = None
+        for i, pair in enumerate(kv_cache):
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise ValueError(f"kv_cache[{i}] must be a (k_cache, v_cache) pair.")
+            for name, t in zip(("k_cache", "v_cache"), pair, strict=True):
+                if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[0] != batch \
+                        or t.shape[2] != self.hidden_dim:
+                    shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                    raise ValueError(f"kv_cache[{i}] {name} must be [batch {batch}, max_len, hidden "
+                                     f"{self.hidden_dim}] but is {shape}.")
+                if t.dtype != self.dtype:
+                    raise TypeError(f"kv_cache[{i}] {name} has dtype {t.dtype} but the model "
+                                    f"computes in {self.dtype}; allocate it with model.allocate_kv_cache.")
+                if t.device != self.device:
+                    raise ValueError(f"kv_cache[{i}] {name} is on {t.device} but the model is on "
+                                     f"{self.device}.")
+                cache_len = t.shape[1] if cache_len is None else cache_len
+                if t.shape[1] != cache_len:
+                    raise ValueError(f"kv_cache[{i}] {name} holds {t.shape[1]} positions but "
+                                     f"kv_cache[0] holds {cache_len}; every layer needs the same length.")
+        return min(cache_len, self.max_seq_len)
+
+    def _check_position(self, current_pos, decode: bool, seq: int, cache_len: int, tokens) -> None:
+        if isinstance(current_pos, torch.Tensor):
+            if not decode:
+                raise ValueError("a tensor current_pos is for decode steps (tokens [B, 1] with a "
+                                 "cache); a prefill starts at position 0, a Python int.")
+            if current_pos.dtype != torch.int32 or current_pos.numel() != 1:
+                raise TypeError(f"a tensor current_pos must be one int32 value, got dtype "
+                                f"{current_pos.dtype} and shape {tuple(current_pos.shape)}.")
+            if current_pos.device != tokens.device:
+                raise ValueError(f"current_pos is on {current_pos.device} but tokens are on "
+                                 f"{tokens.device}.")
+            return
+        if isinstance(current_pos, bool) or not isinstance(current_pos, int):
+            raise TypeError(f"current_pos must be an int or an int32 tensor, got {type(current_pos).__name__}.")
+        if not decode and current_pos != 0:
+            raise ValueError(f"a prefill (tokens [B, S>1] or no cache) starts at position 0, got "
+                             f"current_pos {current_pos}: task 4's kernel attends a sequence to "
+                             "itself; to extend a sequence, decode one token at a time.")
+        if current_pos < 0 or current_pos + seq > cache_len:
+            raise ValueError(f"tokens at positions [{current_pos}, {current_pos + seq}) do not fit "
+                             f"in a cache of {cache_len} positions; allocate a longer one.")

@@ -1,0 +1,353 @@
+"""Task 6: the dummy LLM. GPU tests wrap task6.test's groups; the rest runs on a CPU with the
+PyTorch attention path (and, for the custom branch's wiring, plain-torch stand-ins that
+keep the kernels' documented contracts)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import task6.model as model_module
+from common.checks import assert_checks, poison_, relative_error
+from task6 import test as task6_test
+from task6.generate import generate
+from task6.model import customModel
+from task6.rope import RotaryEmbedding, apply_rope, rope_tables, rotate_half
+
+TINY = task6_test.TINY[1]   # hidden 128, 2 heads (head_dim 64), 2 layers, vocab 97
+
+
+def tiny_model(dtype=torch.float32, seed=0, attention="torch") -> customModel:
+    return customModel(TINY.hidden, TINY.heads, TINY.layers, TINY.vocab, max_seq_len=64,
+                       attention=attention, dtype=dtype, seed=seed)
+
+
+def tokens(batch=2, seq=9, seed=0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, TINY.vocab, (batch, seq), generator=gen)
+
+
+# --- GPU: the groups of python -m task6.test ---------------------------------------------------
+
+@pytest.mark.gpu
+def test_task6_inputs():
+    checks, _ = task6_test.inputs_group()
+    assert_checks(checks)
+
+
+@pytest.mark.gpu
+def test_task6_small():
+    checks, _ = task6_test.small_group()
+    assert_checks(checks)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_task6_correctness():
+    checks, _ = task6_test.correctness_group()
+    assert_checks(checks)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_task6_course():
+    checks, _ = task6_test.course_group()
+    assert_checks(checks)
+
+
+# --- RoPE ---------------------------------------------------------------------------------------
+
+def test_rope_matches_the_textbook_rotate_half_form():
+    cos, sin = rope_tables(16, 32)
+    x = torch.randn(2, 5, 3, 16)
+    positions = slice(7, 12)
+    expected = x * cos[positions][None, :, None] + rotate_half(x) * sin[positions][None, :, None]
+    torch.testing.assert_close(apply_rope(x, cos[positions], sin[positions]), expected)
+
+
+def test_rope_takes_a_strided_view_and_returns_a_contiguous_tensor():
+    qkv = torch.randn(2, 5, 3 * 4 * 8).view(2, 5, 3, 4, 8)
+    rope = RotaryEmbedding(8, 16)
+    cos, sin = rope.at(3, 5, torch.float32)
+    k = qkv.unbind(2)[1]
+    out = apply_rope(k, cos, sin)
+    assert out.is_contiguous() and not k.is_contiguous()
+    torch.testing.assert_close(out, apply_rope(k.contiguous(), cos, sin))
+
+
+def test_rope_scores_depend_only_on_relative_position():
+    rope = RotaryEmbedding(32, 4096)
+    q = torch.randn(1, 1, 4, 32, dtype=torch.float64)
+    k = torch.randn(1, 1, 4, 32, dtype=torch.float64)
+
+    def score(m, n):
+        qm = apply_rope(q, *rope.at(m, 1, torch.float64))
+        kn = apply_rope(k, *rope.at(n, 1, torch.float64))
+        return (qm * kn).sum(-1)
+
+    base = score(5, 2)
+    for shift in (1, 100, 3000):
+        torch.testing.assert_close(score(5 + shift, 2 + shift), base, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(score(6, 2), base)   # but they do depend on it
+
+
+def test_rope_is_the_identity_at_position_zero_and_keeps_norms():
+    rope = RotaryEmbedding(16, 64)
+    x = torch.randn(2, 3, 2, 16)
+    torch.testing.assert_close(apply_rope(x[:, :1], *rope.at(0, 1, torch.float32)), x[:, :1])
+    rotated = apply_rope(x, *rope.at(40, 3, torch.float32))
+    torch.testing.assert_close(rotated.norm(dim=-1), x.norm(dim=-1))
+
+
+def test_rope_tables_at_a_position_tensor_equal_the_slice():
+    rope = RotaryEmbedding(16, 64)
+    for got, want in zip(rope.at(torch.tensor(17, dtype=torch.int32), 1, torch.float32),
+                         rope.at(17, 1, torch.float32), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_rope_needs_an_even_head_dim():
+    with pytest.raises(ValueError, match="even"):
+        rope_tables(15, 8)
+
+
+# --- the model on the PyTorch path --------------------------------------------------------------
+
+def test_model_shapes_and_cache_layout():
+    model = tiny_model()
+    logits, cache = model(tokens(3, 9))
+    assert logits.shape == (3, 9, TINY.vocab) and logits.dtype == torch.float32
+    assert len(cache) == TINY.layers
+    assert all(t.shape == (3, model.max_seq_len, TINY.hidden) for pair in cache for t in pair)
+    last, _ = model(tokens(3, 9), model.allocate_kv_cache(3, 9), last_logits_only=True)
+    torch.testing.assert_close(last, logits[:, -1:])
+
+
+def test_weights_are_seeded_and_built_in_the_target_dtype():
+    a, b, c = tiny_model(seed=1), tiny_model(seed=1), tiny_model(seed=2)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+    assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
+    half = tiny_model(dtype=torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in half.parameters())
+    assert half.rope.cos.dtype == torch.float32   # tables stay float32
+    # GPT-2 init: residual projections scaled down; LayerNorms start as the identity.
+    assert a.layers[0].attn.o_proj.weight.std() < a.layers[0].attn.qkv_proj.weight.std()
+    assert torch.equal(a.layers[0].ln1.weight, torch.ones(TINY.hidden))
+
+
+def test_course_model_size_without_allocating_it():
+    model = customModel(4096, 32, 24, 8192, device="meta")
+    params = sum(p.numel() for p in model.parameters())
+    assert params == 24 * (4 * 4096**2 + 3 * 4096 + 4096 + 3 * 4096 * 16384 + 4 * 4096) + 2 * 8192 * 4096 + 2 * 4096
+    # What a decode step reads: every weight but the embedding table, ~25.9 GB in fp32.
+    assert task6_test.decode_weight_bytes(model) == 4 * (params - 8192 * 4096)
+    flops = task6_test.prefill_flops(model, 4, 1024)
+    assert 2 * 6.4e9 * 4 * 1024 < flops < 2 * 6.6e9 * 4 * 1024 + 24 * 4 * 4 * 32 * 1024**2 * 128
+
+
+def test_prefill_equals_decoding_token_by_token():
+    model = tiny_model()
+    seq = tokens(2, 11)
+    full, _ = model(seq)
+    for position in ("int", "tensor"):
+        cache = model.allocate_kv_cache(2, 11)
+        steps = []
+        for i in range(11):
+            pos = i if position == "int" else torch.tensor(i, dtype=torch.int32)
+            logits, returned = model(seq[:, i:i + 1], cache, pos)
+            assert returned is cache
+            steps.append(logits)
+        err = relative_error(torch.cat(steps, dim=1), full.double())
+        assert err < 1e-5, f"{position} positions: rel_err {err:.2e}"
+
+
+def test_cache_is_written_once_per_position_and_never_reallocated():
+    model = tiny_model()
+    seq = tokens(2, 8)
+    cache = model.allocate_kv_cache(2, 12)
+    for k_cache, v_cache in cache:
+        poison_(k_cache)
+        poison_(v_cache)
+    pointers = [t.data_ptr() for pair in cache for t in pair]
+
+    def written():   # positions holding finite values, checked in every layer's K and V
+        counts = {int(torch.isfinite(t).all(dim=(0, 2)).sum()) for pair in cache for t in pair}
+        assert len(counts) == 1, f"layers disagree on how much is written: {counts}"
+        return counts.pop()
+
+    model(seq[:, :5], cache)
+    assert written() == 5
+    for i in range(5, 8):
+        model(seq[:, i:i + 1], cache, i)
+        assert written() == i + 1
+    assert [t.data_ptr() for pair in cache for t in pair] == pointers
+
+
+def test_cache_holds_rotated_keys():
+    model = tiny_model()
+    seq = tokens(2, 6)
+    _, cache = model(seq, model.allocate_kv_cache(2, 6))
+    layer = model.layers[0]
+    qkv = layer.attn.qkv_proj(layer.ln1(model.embed(seq)))   # [B, S, 3 * hidden]: q | k | v
+    k, v = qkv[..., TINY.hidden:2 * TINY.hidden], qkv[..., 2 * TINY.hidden:]
+    k = apply_rope(k.reshape(2, 6, TINY.heads, -1), *model.rope.at(0, 6, torch.float32))
+    torch.testing.assert_close(cache[0][0], k.reshape(2, 6, TINY.hidden))
+    torch.testing.assert_close(cache[0][1], v)
+
+
+def test_generate_is_greedy_and_allocates_the_cache_once(monkeypatch):
+    model = tiny_model()
+    calls = []
+    allocate = model.allocate_kv_cache
+    monkeypatch.setattr(model, "allocate_kv_cache", lambda *a: calls.append(a) or allocate(*a))
+    prompt = tokens(2, 7)
+    new, logits = generate(model, prompt, 6, return_logits=True)
+    assert calls == [(2, 13)], "one cache per generation, sized prompt + max_new_tokens"
+    assert new.shape == (2, 6) and torch.equal(new, logits.argmax(-1))
+    expected = task6_test.teacher_forced_logits(model, prompt, new)
+    assert relative_error(logits, expected.double()) < 1e-5
+
+
+def test_generate_on_a_cpu_ignores_the_graph_flag_and_fills_no_timings():
+    model = tiny_model()
+    timings = {}
+    a = generate(model, tokens(1, 4), 3, use_cuda_graph=True, timings=timings)
+    b = generate(model, tokens(1, 4), 3, use_cuda_graph=False)
+    assert torch.equal(a, b) and timings == {}
+
+
+def test_sampling_uses_the_generator():
+    model = tiny_model()
+    draw = [generate(model, tokens(2, 4), 5, greedy=False, temperature=5.0,
+                     generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+    assert torch.equal(draw[0], draw[1])
+
+
+def test_bad_input_raises_a_clear_error_on_the_torch_path():
+    assert_checks(task6_test.input_checks(torch.device("cpu"), "torch"))
+
+
+def test_backend_switch_keeps_the_weights():
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.attention_backend = "custom"
+    model.attention_backend = "torch"
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="attention"):
+        model.attention_backend = "sdpa"
+
+
+# --- the custom branch's wiring, on stand-ins for the kernels --------------------------------------
+
+class FakeKernels:
+    """Plain-torch stand-ins with the documented contracts of task 4's flash_attention and
+    task 5's cache and decode entry points; they assert what the real kernels require."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def flash_attention(self, q, k, v, causal=False, out=None):
+        assert q.dim() == 4 and q.shape == k.shape == v.shape and causal
+        assert all(t.stride(-1) == 1 for t in (q, k, v)), "the last dim must be contiguous"
+        self.calls.append("flash_attention")
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).contiguous()
+
+    def allocate_kv_cache(self, batch, max_seq_len, hidden, dtype, device):
+        # NaN-filled: a read of a position that was never written shows up in the logits.
+        return tuple(torch.full((batch, max_seq_len, hidden), math.nan, dtype=dtype, device=device)
+                     for _ in range(2))
+
+    @staticmethod
+    def _position(value) -> int:
+        if isinstance(value, torch.Tensor):
+            assert value.dtype == torch.int32 and value.dim() == 0, (value.dtype, value.shape)
+            return int(value)
+        assert isinstance(value, int)
+        return value
+
+    def update_kv_cache(self, k_cache, v_cache, k, v, current_pos):
+        pos = self._position(current_pos)
+        assert k.stride(-1) == 1 and v.stride(-1) == 1 and k.dim() == 3 and k.shape == v.shape
+        assert k.shape[0] == k_cache.shape[0] and k.shape[2] == k_cache.shape[2]
+        assert 0 <= pos and pos + k.shape[1] <= k_cache.shape[1]
+        self.calls.append("update_kv_cache")
+        k_cache[:, pos:pos + k.shape[1]] = k
+        v_cache[:, pos:pos + v.shape[1]] = v
+
+    def decode_attention(self, q, k_cache, v_cache, num_heads, seq_len, causal=False, out=None,
+                         num_splits=None):
+        batch, one, hidden = q.shape
+        assert one == 1 and q.stride(-1) == 1
+        n = self._position(seq_len)
+        self.calls.append("decode_attention")
+
+        def heads(t):
+            return t.view(batch, -1, num_heads, hidden // num_heads).transpose(1, 2)
+
+        o = F.scaled_dot_product_attention(heads(q), heads(k_cache[:, :n]), heads(v_cache[:, :n]))
+        return o.transpose(1, 2).reshape(batch, 1, hidden)
+
+
+@pytest.fixture
+def fake_kernels(monkeypatch):
+    fake = FakeKernels()
+    monkeypatch.setattr(model_module, "kernels", lambda: fake)
+    monkeypatch.setattr(customModel, "_check_kernel_device", lambda self: None)
+    return fake
+
+
+def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
+    model = tiny_model()
+    prompt = tokens(2, 9)
+    ref_tokens, ref_logits = generate(model, prompt, 5, return_logits=True)
+    model.attention_backend = "custom"
+    new, logits = generate(model, prompt, 5, return_logits=True)
+    assert torch.equal(new, ref_tokens)
+    assert relative_error(logits, ref_logits.double()) < 1e-5
+    per_layer = TINY.layers
+    assert fake_kernels.calls[:2 * per_layer] == ["update_kv_cache", "flash_attention"] * per_layer
+    assert fake_kernels.calls[2 * per_layer:] == ["update_kv_cache", "decode_attention"] * per_layer * 4
+
+
+def test_custom_branch_decodes_with_a_position_tensor(fake_kernels):
+    model = tiny_model(attention="custom")
+    seq = tokens(2, 7)
+    full, _ = model(seq)
+    cache = model.allocate_kv_cache(2, 7)
+    model(seq[:, :4], cache)
+    steps = [model(seq[:, i:i + 1], cache, torch.tensor(i, dtype=torch.int32))[0] for i in range(4, 7)]
+    assert relative_error(torch.cat(steps, dim=1), full[:, 4:].double()) < 1e-5
+
+
+# --- task6.test's pieces that need no GPU ---------------------------------------------------------
+
+def test_groups_fail_cleanly_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("checks the message given without a GPU")
+    for group in task6_test.GROUPS.values():
+        checks, metrics = group(None)
+        assert len(checks) == 1 and not checks[0].passed and "GPU" in checks[0].detail and not metrics
+
+
+def test_cli_options_reach_the_groups():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    task6_test.extra_args(parser)
+    args = parser.parse_args(["--dtype", "bf16,fp16", "--hidden", "1024", "--new-tokens", "8"])
+    assert task6_test._dtypes(args) == ["bf16", "fp16"]
+    cfg = task6_test._course_config(args)
+    assert (cfg.hidden, cfg.heads, cfg.new_tokens) == (1024, 32, 8)
+    assert task6_test._dtypes(None) == ["fp32", "bf16"] and task6_test._course_config(None) == task6_test.COURSE
+    with pytest.raises(ValueError):
+        task6_test._dtypes(SimpleNamespace(dtype="fp8"))
+
+
+def test_decode_kv_bytes_is_the_mean_over_the_steps():
+    cfg = task6_test.Config(hidden=8, heads=2, layers=3, vocab=10, batch=2, prompt=5, new_tokens=4)
+    # steps feed positions 5, 6, 7 and read 6, 7, 8 tokens: mean 7 = prompt + new / 2
+    assert task6_test.decode_kv_bytes(cfg, 4) == 2 * 3 * 2 * 7 * 8 * 4
