@@ -1,0 +1,144 @@
+"""The attention operations task 7 runs GPT-2 on: our CUDA kernels, or the same in plain PyTorch.
+
+Both sets have one interface, so the generation loop (inference.py) and the Hugging Face
+attention function (hf_attention.py) are written once:
+
+    allocate_kv_cache(batch, max_seq_len, hidden, dtype, device) -> (k_cache, v_cache)
+        each [B, max_seq_len, hidden]: token-major, the heads interleaved in hidden (task 5).
+    update_kv_cache(k_cache, v_cache, k, v, current_pos: int | Tensor)
+        k, v [B, n_new, hidden] written at positions [current_pos, current_pos + n_new).
+    flash_attention(q, k, v, causal=False) -> [B, H, S, D]          (task 4)
+        q, k, v [B, H, S, D] views whose last dimension is contiguous.
+    decode_attention(q, k_cache, v_cache, num_heads, seq_len) -> [B, 1, hidden]   (task 5)
+        one query per sequence against cache positions [0, seq_len).
+    decode_attention_bhsd(q, k, v, seq_len) -> [B, H, 1, D]         (task 5)
+        the same on [B, H, S_max, D] views (Hugging Face's cache layout).
+
+`current_pos` and `seq_len` are Python ints or CUDA int32 tensors read on the device, which
+is what lets a CUDA graph replay the decode step while the position advances in place.
+
+`kernel_ops()` imports the task 4 and task 5 extensions (built on first use). `torch_ops()`
+does the same work with torch.nn.functional.scaled_dot_product_attention: it runs on a CPU,
+so the loop and the mask handling are tested where there is no GPU, and it is the yardstick
+the kernels must agree with.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class AttentionOps:
+    name: str
+    allocate_kv_cache: Callable
+    update_kv_cache: Callable
+    flash_attention: Callable
+    decode_attention: Callable
+    decode_attention_bhsd: Callable
+
+
+# --- our kernels ------------------------------------------------------------------------
+
+@cache
+def kernel_ops() -> AttentionOps:
+    """Task 4's flash_attention and task 5's cache and decode kernels (CUDA tensors only)."""
+    # Imported here, not at the top: this module must import on machines without the
+    # extensions (a CPU), and building them is needed only when they are used.
+    task4 = importlib.import_module("task4.attention")
+    task5 = importlib.import_module("task5.attention")
+    return AttentionOps("kernels", task5.allocate_kv_cache, task5.update_kv_cache,
+                        task4.flash_attention, task5.decode_attention, task5.decode_attention_bhsd)
+
+
+# --- the same in plain PyTorch ------------------------------------------------------------
+
+def _torch_allocate_kv_cache(batch, max_seq_len, hidden, dtype, device):
+    shape = (batch, max_seq_len, hidden)
+    return (torch.zeros(shape, dtype=dtype, device=device),
+            torch.zeros(shape, dtype=dtype, device=device))
+
+
+def _torch_update_kv_cache(k_cache, v_cache, k, v, current_pos):
+    n_new = k.shape[1]
+    if isinstance(current_pos, torch.Tensor):
+        # index_copy_ with positions computed on the device: no host sync, so it can be
+        # captured in a CUDA graph like the kernel.
+        rows = current_pos.reshape(()).long() + torch.arange(n_new, device=k.device)
+        k_cache.index_copy_(1, rows, k)
+        v_cache.index_copy_(1, rows, v)
+    else:
+        k_cache[:, current_pos:current_pos + n_new].copy_(k)
+        v_cache[:, current_pos:current_pos + n_new].copy_(v)
+
+
+def _finish(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:
+        return result.contiguous()
+    out.copy_(result)
+    return out
+
+
+def _torch_flash_attention(q, k, v, causal=False, out=None):
+    return _finish(F.scaled_dot_product_attention(q, k, v, is_causal=causal), out)
+
+
+def _visible_keys(seq_len, max_len: int, device) -> torch.Tensor | None:
+    """Boolean [B or 1, 1, 1, max_len] mask of positions < seq_len, or None for an int."""
+    if not isinstance(seq_len, torch.Tensor):
+        return None
+    lengths = seq_len.reshape(-1, 1).to(device)
+    keep = torch.arange(max_len, device=device).unsqueeze(0) < lengths
+    return keep[:, None, None, :]
+
+
+def _torch_decode_attention_bhsd(q, k, v, seq_len, causal=False, out=None, num_splits=None):
+    # A single query is the last position, so the causal mask hides nothing: causal is moot.
+    keep = _visible_keys(seq_len, k.shape[2], k.device)
+    if keep is None:
+        k, v = k[:, :, :seq_len], v[:, :, :seq_len]
+    return _finish(F.scaled_dot_product_attention(q, k, v, attn_mask=keep), out)
+
+
+def _torch_decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal=False, out=None,
+                            num_splits=None):
+    batch, _, hidden = q.shape
+    head_dim = hidden // num_heads
+
+    def heads(t):  # [B, S, hidden] -> [B, H, S, D], a view
+        return t.view(t.shape[0], t.shape[1], num_heads, head_dim).transpose(1, 2)
+
+    o = _torch_decode_attention_bhsd(heads(q), heads(k_cache), heads(v_cache), seq_len)
+    return _finish(o.transpose(1, 2).reshape(batch, 1, hidden), out)
+
+
+@cache
+def torch_ops() -> AttentionOps:
+    """The same operations with PyTorch's scaled_dot_product_attention (any device)."""
+    return AttentionOps("torch", _torch_allocate_kv_cache, _torch_update_kv_cache,
+                        _torch_flash_attention, _torch_decode_attention,
+                        _torch_decode_attention_bhsd)
+
+
+BACKENDS = ("auto", "kernels", "torch")
+
+
+def ops_for(device: torch.device | str, backend: str = "auto") -> AttentionOps:
+    """'kernels' (CUDA only), 'torch' (anywhere), or 'auto': kernels on a GPU, torch on a CPU."""
+    device = torch.device(device)
+    if backend not in BACKENDS:
+        raise ValueError(f"Unknown attention backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
+    if backend == "auto":
+        backend = "kernels" if device.type == "cuda" else "torch"
+    if backend == "kernels":
+        if device.type != "cuda":
+            raise ValueError("The course kernels run on a CUDA GPU only; on this device pass "
+                             "--attention torch (PyTorch's SDPA) instead.")
+        return kernel_ops()
+    return torch_ops()
