@@ -1,0 +1,1 @@
+"""Task 5: the KV cache, the decode kernel and split-KV FlashDecoding."""

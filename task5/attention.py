@@ -1,0 +1,240 @@
+"""Task 5: the KV cache and the decode kernel (the second phase of inference).
+
+A language model generates in two phases:
+
+    prefill   the whole prompt [B, S, hidden] goes through attention at once (task 4's kernel),
+              and every token's K and V are kept in a cache;
+    decode    then one token at a time: its q, k, v are [B, 1, hidden]; k and v are appended
+              to the cache (update_kv_cache), and its q attends to every cached key
+              (decode_attention). Nothing about the earlier tokens is recomputed.
+
+The cache is preallocated once, [B, max_seq_len, hidden] for K and for V (token-major, the
+heads interleaved in hidden, as the projections produce them), so appending is a copy into
+place and decoding reads the first `seq_len` rows where they are: no per-step slice, no
+concatenation, no copy. Viewed per head, the cache is [B, H, max_seq_len, D] with strides
+(max_seq_len * hidden, D, hidden, 1); the kernels take such strided views directly
+(decode_attention_bhsd), which also covers Hugging Face's [B, H, S, D] cache (task 7).
+
+A decode step reads the whole cache once and does ~2 FLOPs per byte it reads, so its speed
+limit is memory bandwidth, not arithmetic. One block per (batch, head) is too few to keep the
+GPU's memory busy when B * H is small (B 1, H 32: 32 blocks on 132 SMs), so the split-KV
+("FlashDecoding") path cuts each head's keys into `num_splits` ranges, one block each, and a
+second kernel merges the partial results with their log-sum-exp weights.
+`choose_num_splits` picks the count from the SM count, B * H and the context.
+
+The causal flag: the new query is the last token, so a causal mask hides nothing from it
+(every cached key is in its past); the kernels accept the flag and it changes nothing.
+
+CUDA graphs (task 6 captures a whole decode step): `current_pos` and `seq_len` may be CUDA
+int32 tensors (0-d, or [B] for one value per sequence) instead of Python ints. The kernels then
+read them from device memory when they run, so a captured graph replays correctly while the
+tensor is incremented; with a tensor length the split count depends only on max_seq_len.
+A value in device memory cannot be checked on the host without a synchronisation, so only int
+arguments are validated (position + new tokens <= max_seq_len, 1 <= seq_len <= max_seq_len);
+device values are clamped by the kernels instead: rows written outside the cache are skipped
+and lengths are clamped to [0, max_seq_len] (a length of 0 gives an output of zeros).
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import cache
+
+import torch
+from torch import nn
+
+MAX_HEAD_DIM = 128
+
+# Split-KV heuristic (choose_num_splits). A decode block is 4 warps and 5-6 of them fit on an
+# SM; about 2 per SM already keep enough loads in flight to saturate HBM. So: split only until
+# there are TARGET_BLOCKS_PER_SM blocks per SM (rounding down, so that every block is resident
+# at once and none waits for a second wave), and never into splits shorter than
+# MIN_KEYS_PER_SPLIT keys, whose fixed costs (loading q, merging the warps, writing a partial)
+# would start to show. `python -m task5.test --decode` prints a sweep of forced split counts
+# to tune these on a GPU.
+TARGET_BLOCKS_PER_SM = 4
+MIN_KEYS_PER_SPLIT = 256
+MAX_AUTO_SPLITS = 128
+
+
+def _ext():
+    from task5.compile import load
+
+    return load()
+
+
+def choose_num_splits(batch_heads: int, context: int, num_sms: int) -> int:
+    """How many blocks share the keys of one (batch, head): 1 = no split.
+
+    floor(TARGET_BLOCKS_PER_SM * num_sms / batch_heads) blocks per head fill the GPU in one
+    wave; at most context // MIN_KEYS_PER_SPLIT of them, at most MAX_AUTO_SPLITS, at least 1.
+    """
+    if batch_heads <= 0 or context <= 0 or num_sms <= 0:
+        return 1
+    wanted = TARGET_BLOCKS_PER_SM * num_sms // batch_heads
+    longest = context // MIN_KEYS_PER_SPLIT
+    return max(1, min(wanted, longest, MAX_AUTO_SPLITS))
+
+
+@cache
+def _num_sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _auto_num_splits(q, batch_heads: int, context: int) -> int:
+    if not (isinstance(q, torch.Tensor) and q.is_cuda):
+        return 1  # the extension's checks say what is wrong with such an input
+    return choose_num_splits(batch_heads, context, _num_sms(q.device.index))
+
+
+def _int_or_tensor(value, name: str) -> tuple[int, torch.Tensor | None]:
+    """A position or length as the extension takes it: (int, None) or (0, CUDA int32 tensor)."""
+    if isinstance(value, torch.Tensor):
+        return 0, value
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a Python int or a CUDA int32 tensor, not a bool.")
+    try:
+        return operator.index(value), None
+    except TypeError:
+        raise TypeError(f"{name} must be a Python int or a CUDA int32 tensor (0-d or [batch]) "
+                        f"but is a {type(value).__name__}.") from None
+
+
+def allocate_kv_cache(batch: int, max_seq_len: int, hidden: int, dtype=torch.float32,
+                      device="cuda") -> tuple[torch.Tensor, torch.Tensor]:
+    """The (k_cache, v_cache) pair, each [batch, max_seq_len, hidden], allocated once."""
+    shape = (batch, max_seq_len, hidden)
+    return (torch.zeros(shape, dtype=dtype, device=device),
+            torch.zeros(shape, dtype=dtype, device=device))
+
+
+def update_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor,
+                    v: torch.Tensor, current_pos) -> None:
+    """Write k, v [B, n_new, hidden] into the caches [B, max_seq_len, hidden] at positions
+    [current_pos, current_pos + n_new), in place (a decode step has n_new = 1; a prefill
+    writes the prompt at current_pos 0).
+
+    current_pos: a Python int (checked: current_pos + n_new <= max_seq_len), or a CUDA int32
+    tensor, 0-d or [B] (one position per sequence), read on the device when the kernel runs
+    (CUDA graphs); it is not checked on the host, and rows it sends outside the cache are
+    skipped. fp32, fp16 and bf16; k/v and the caches may be strided (last dim contiguous).
+    """
+    ext = _ext()
+    value, tensor = _int_or_tensor(current_pos, "current_pos")
+    ext.update_kv_cache(k_cache, v_cache, k, v, value, tensor)
+
+
+def decode_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_len,
+                          causal: bool = False, out: torch.Tensor | None = None,
+                          num_splits: int | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v for one query per (batch, head) against cache rows
+    [0, seq_len). q [B, H, 1, D]; k, v [B, H, S_max, D], any batch/head/seq strides with a
+    contiguous last dimension (read in place); returns [B, H, 1, D] (written into `out` if given).
+
+    seq_len: a Python int in [1, S_max] (checked), or a CUDA int32 tensor, 0-d or [B], read on
+    the device and clamped to [0, S_max] there (not checked on the host).
+    num_splits: None picks it with choose_num_splits (from S_max when seq_len is a tensor, so
+    that a captured CUDA graph does not depend on the value); 1 is the unsplit course kernel.
+    """
+    ext = _ext()
+    value, tensor = _int_or_tensor(seq_len, "seq_len")
+    if num_splits is None:
+        batch_heads = q.shape[0] * q.shape[1] if q.dim() == 4 else 0
+        context = value if tensor is None else (k.shape[2] if k.dim() == 4 else 0)
+        num_splits = _auto_num_splits(q, batch_heads, context)
+    return ext.decode_attention_bhsd(q, k, v, value, tensor, causal, num_splits, out)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     num_heads: int, seq_len, causal: bool = False,
+                     out: torch.Tensor | None = None, num_splits: int | None = None) -> torch.Tensor:
+    """The course's layout: q [B, 1, hidden] against k_cache, v_cache [B, max_seq_len, hidden]
+    (heads interleaved in hidden), keys [0, seq_len); returns [B, 1, hidden].
+
+    The same kernel as decode_attention_bhsd, on the per-head views of q and the caches (made
+    without copies). seq_len and num_splits as there.
+    """
+    ext = _ext()
+    value, tensor = _int_or_tensor(seq_len, "seq_len")
+    if num_splits is None:
+        batch_heads = q.shape[0] * num_heads if q.dim() == 3 and num_heads > 0 else 0
+        context = value if tensor is None else (k_cache.shape[1] if k_cache.dim() == 3 else 0)
+        num_splits = _auto_num_splits(q, batch_heads, context)
+    return ext.decode_attention(q, k_cache, v_cache, num_heads, value, tensor, causal,
+                                num_splits, out)
+
+
+class CustomFlashAttention(nn.Module):
+    """Multi-head self-attention with a KV cache: task 4's kernel for the prompt, the decode
+    kernel for each new token.
+
+    w_q, w_k, w_v, w_o: [hidden_dim, hidden_dim] (y = x @ w.T + b); b_q, b_k, b_v, b_o: optional
+    [hidden_dim] biases (GPT-2 has them). fp32, fp16 or bf16 (x, weights and cache alike).
+    """
+
+    def __init__(self, w_q, w_k, w_v, w_o, hidden_dim: int, num_heads: int,
+                 b_q=None, b_k=None, b_v=None, b_o=None):
+        super().__init__()
+        if num_heads <= 0 or hidden_dim % num_heads != 0:
+            raise ValueError(f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}.")
+        if hidden_dim // num_heads > MAX_HEAD_DIM:
+            raise ValueError(f"head_dim {hidden_dim // num_heads} exceeds {MAX_HEAD_DIM}, the "
+                             "largest the kernels support; use more heads.")
+        self.w_q, self.w_k, self.w_v, self.w_o = w_q, w_k, w_v, w_o
+        self.b_q, self.b_k, self.b_v, self.b_o = b_q, b_k, b_v, b_o
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.head_dim = hidden_dim // num_heads
+
+    def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """[B, S, hidden] -> [B, H, S, D], a view (no copy)."""
+        batch, seq, _ = t.shape
+        return t.view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, kv_cache: tuple[torch.Tensor, torch.Tensor],
+                decode: bool = False, current_pos=0, causal: bool = False) -> torch.Tensor:
+        """x [B, S, hidden] -> [B, S, hidden].
+
+        kv_cache: (k_cache, v_cache), each [B, max_seq_len, hidden] (allocate_kv_cache).
+        decode=False (prefill): S prompt tokens written to the cache at current_pos, which must
+        be 0, and attended with task 4's flash_attention. decode=True: S must be 1; the token
+        is written at current_pos (an int or a CUDA int32 tensor, see update_kv_cache) and
+        attends to the current_pos + 1 cached tokens.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.hidden_dim:
+            raise ValueError(f"x must be [batch, seq, {self.hidden_dim}] but has shape "
+                             f"{tuple(x.shape)}.")
+        batch, seq, _ = x.shape
+        k_cache, v_cache = kv_cache
+        if decode and seq != 1:
+            raise ValueError(f"decode takes one new token per sequence (x [batch, 1, hidden]) but "
+                             f"x has {seq}; run the prompt with decode=False first.")
+        if not decode:
+            position, tensor = _int_or_tensor(current_pos, "current_pos")
+            if tensor is not None or position != 0:
+                raise ValueError("prefill (decode=False) writes the prompt at current_pos 0 (an "
+                                 f"int) but got current_pos={current_pos!r}; extend a cache one "
+                                 "token at a time with decode=True.")
+        # BEGIN SOLUTION
+        # HINT: Project x to q, k, v: nn.functional.linear(x, w, b) = x @ w.T + b (b may be
+        # HINT: None). Append k and v to the caches with update_kv_cache at current_pos.
+        # HINT: Decode: attend q to the current_pos + 1 cached tokens with decode_attention.
+        # HINT: Prefill: task 4's flash_attention (from task4.attention import flash_attention)
+        # HINT: on the head views of q, k, v (self._split_heads: no copies), then merge the
+        # HINT: heads back to [B, S, hidden]. Finally the output projection with w_o, b_o.
+        q = nn.functional.linear(x, self.w_q, self.b_q)
+        k = nn.functional.linear(x, self.w_k, self.b_k)
+        v = nn.functional.linear(x, self.w_v, self.b_v)
+        update_kv_cache(k_cache, v_cache, k, v, current_pos)
+        if decode:
+            # current_pos + 1 is an int, or a new device tensor (fine inside a CUDA graph).
+            out = decode_attention(q, k_cache, v_cache, self.num_heads, current_pos + 1,
+                                   causal=causal)
+        else:
+            from task4.attention import flash_attention
+
+            heads = flash_attention(self._split_heads(q), self._split_heads(k),
+                                    self._split_heads(v), causal=causal)
+            out = heads.transpose(1, 2).reshape(batch, seq, self.hidden_dim)
+        return nn.functional.linear(out, self.w_o, self.b_o)
+        # END SOLUTION

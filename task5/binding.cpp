@@ -1,0 +1,41 @@
+// Python bindings of the task 5 extension `custom_flash_attention_decode`.
+//
+// The kernels live in decode.cu; this file only exposes them. It is the one file that
+// includes <torch/extension.h> (pybind11), which is slow to compile, so the kernel file stays
+// quick to rebuild. task5/attention.py wraps these entries (it turns a Python int or a CUDA
+// tensor into the (value, tensor) pairs below and picks num_splits).
+#include <torch/extension.h>
+
+// k_cache, v_cache [B, max_seq_len, hidden]; k, v [B, n_new, hidden]: written at positions
+// [current_pos, current_pos + n_new). current_pos_tensor (CUDA int32, 0-d or [B]), when given,
+// replaces current_pos and is read on the device.
+void update_kv_cache(torch::Tensor k_cache, torch::Tensor v_cache, torch::Tensor k, torch::Tensor v,
+                     int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor);
+// q [B, H, 1, D]; k, v [B, H, S_max, D], any strides with a contiguous last dimension; attends
+// to keys [0, seq_len). seq_len_tensor (CUDA int32, 0-d or [B]), when given, replaces seq_len.
+torch::Tensor decode_attention_bhsd(torch::Tensor q, torch::Tensor k, torch::Tensor v, int64_t seq_len,
+                                    std::optional<torch::Tensor> seq_len_tensor, bool causal,
+                                    int64_t num_splits, std::optional<torch::Tensor> out);
+// q [B, 1, hidden]; k_cache, v_cache [B, max_seq_len, hidden]: the course's layout.
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                               int64_t num_heads, int64_t seq_len,
+                               std::optional<torch::Tensor> seq_len_tensor, bool causal,
+                               int64_t num_splits, std::optional<torch::Tensor> out);
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Task 5: KV cache update and decode (split-KV FlashDecoding) kernels";
+  m.def("update_kv_cache", &update_kv_cache,
+        "Write new K/V rows [B, n_new, hidden] into the caches [B, max_seq_len, hidden]",
+        py::arg("k_cache"), py::arg("v_cache"), py::arg("k"), py::arg("v"),
+        py::arg("current_pos") = 0, py::arg("current_pos_tensor") = py::none());
+  m.def("decode_attention_bhsd", &decode_attention_bhsd,
+        "One query per (batch, head) against a strided cache, q [B, H, 1, D], k/v [B, H, S, D]",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("seq_len") = 0,
+        py::arg("seq_len_tensor") = py::none(), py::arg("causal") = false,
+        py::arg("num_splits") = 1, py::arg("out") = py::none());
+  m.def("decode_attention", &decode_attention,
+        "One query per sequence against the cache, q [B, 1, hidden], caches [B, max_seq_len, hidden]",
+        py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("num_heads"),
+        py::arg("seq_len") = 0, py::arg("seq_len_tensor") = py::none(), py::arg("causal") = false,
+        py::arg("num_splits") = 1, py::arg("out") = py::none());
+}

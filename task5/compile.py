@@ -1,0 +1,21 @@
+"""Build the task 5 extension `custom_flash_attention_decode`:  python -m task5.compile"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+
+from common.build import compile_main, load_extension
+
+NAME = "custom_flash_attention_decode"
+SOURCES = ["task5/binding.cpp", "task5/decode.cu"]
+
+
+@lru_cache(maxsize=1)
+def load(verbose: bool = False):
+    """The built extension module (a cached build is reused, a missing one is built)."""
+    return load_extension(NAME, SOURCES, verbose=verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(compile_main("task5", load))

@@ -1,0 +1,818 @@
+// Task 5: the KV cache and the decode kernels (one new query against the whole cache).
+//
+// The idea. Generating a token attends ONE new query row to every cached key and value of
+// its sequence. Per (batch, head) that is a dot product with each key, a softmax over them
+// and a weighted sum of the values: a few FLOPs per byte, so the kernel is bound by how fast
+// it reads the cache (2 * ctx * head_dim elements per head), never by arithmetic. Three
+// kernels:
+//   update_cache_kernel   appends the new tokens' K and V to the preallocated caches
+//                         [B, max_seq_len, hidden] in place (a byte copy, 16 bytes a thread);
+//   decode_split_kernel   one block per (batch*head, split of the keys): an online softmax
+//                         over its keys, like one query row of task 4 (one loop fewer);
+//   combine_splits_kernel merges the splits' partial results with their log-sum-exp weights.
+// With one split (short contexts, or enough batch*heads to fill the GPU) the decode kernel
+// writes the output itself and no combine runs: that is the course's decode kernel.
+// Split-KV (FlashDecoding): with B*H = 32 heads and 132 SMs, one block per head would leave
+// most of the GPU idle, so the keys of each head are cut into `num_splits` ranges, each a
+// block; attention.py picks the count from the SM count, B*H and the context.
+//
+// Tile shape and why. A block is 4 warps. One key row of head_dim elements is read by a group
+// of LANES_PER_KEY lanes, 16 bytes (8 fp16/bf16 or 4 fp32) each, so a row is one coalesced
+// read (D=128 fp16: 256 bytes = 16 lanes x 16 B, 2 keys per warp step). Each warp issues
+// KEY_STEPS_IN_FLIGHT = 4 steps of K and V loads before it uses any of them (8 keys in
+// flight per warp for fp16 D=128), the independent loads that keep HBM busy. The dot
+// products are reduced with shuffles inside each lane group; every group keeps its own
+// running max m, sum l and unnormalised output (spread over its lanes, in registers);
+// the groups of a warp merge through shuffles, the warps of a block through shared memory.
+// Scores are kept in base 2 (q is pre-scaled by log2(e)/sqrt(D)) so exponentials are exp2f.
+// Strided views are read in place: the [B, max_seq, hidden] cache is [B, H, S, D] with
+// strides (max_seq*hidden, D, hidden, 1); no slice is copied per step.
+//
+// CUDA graphs (task 6): positions and lengths may live in device memory (RuntimeInt), so a
+// captured step replays correctly as they are incremented; every kernel clamps them on the
+// device so that no value can make it read or write out of bounds.
+//
+// Measured: see Results.md (results/h100.json).
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <type_traits>
+
+#include "attention_checks.cuh"
+
+namespace {
+
+constexpr int MAX_HEAD_DIM = 128;     // registers and shared memory are sized for it
+constexpr int WARP_SIZE = 32;
+constexpr int WARPS_PER_BLOCK = 4;
+constexpr int THREADS_PER_BLOCK = WARPS_PER_BLOCK * WARP_SIZE;
+constexpr int KEY_STEPS_IN_FLIGHT = 4;  // warp steps of K/V loads issued before any is used
+// Caps registers at 65536 / (5 * 128) = 102 per thread so at least 5 blocks (20 warps, ~80 KB
+// of loads in flight) fit on an SM; ptxas reports no spills for any instantiation at sm_90.
+constexpr int MIN_BLOCKS_PER_SM = 5;
+constexpr int MAX_SPLITS = 1024;        // more splits than this only add combine work
+constexpr int COPY_THREADS = 256;
+constexpr unsigned FULL_MASK = 0xffffffffu;
+constexpr float LOG2_E = 1.4426950408889634f;
+
+// ---- small helpers (given) ----------------------------------------------------------------
+
+// A per-sequence integer the kernels read at run time: a host value, or a CUDA int32 tensor
+// (0-d: the same value for every sequence; [B]: one per sequence). Reading it on the device
+// keeps a captured CUDA graph valid while the tensor is incremented between replays.
+struct RuntimeInt {
+  const int* device_values;  // nullptr: use host_value
+  int64_t stride;            // 0 when every sequence reads element 0
+  int64_t host_value;
+  __device__ __forceinline__ int64_t at(int64_t b) const {
+    return device_values != nullptr ? static_cast<int64_t>(device_values[b * stride]) : host_value;
+  }
+};
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// VEC consecutive elements of type T moved as one access, kept as the raw bits of an integer
+// vector (16 bytes: uint4) until they are converted to floats. Zeroing a whole raw vector (a
+// key past the end) is 2 instructions; zeroing 8 separate halves compiled to 16 byte permutes.
+template <int BYTES> struct RawBits;
+template <> struct RawBits<16> { using type = uint4; };
+template <> struct RawBits<8> { using type = uint2; };
+template <> struct RawBits<4> { using type = unsigned; };
+template <> struct RawBits<2> { using type = unsigned short; };
+template <typename T, int VEC>
+using Pack = typename RawBits<sizeof(T) * VEC>::type;
+
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> load_pack(const T* ptr) {
+  return *reinterpret_cast<const Pack<T, VEC>*>(ptr);
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> zero_pack() {
+  return Pack<T, VEC>{};  // all bits 0: 0.0 in fp32, fp16 and bf16
+}
+
+// The VEC elements of a pack as floats; pairs of 16-bit values convert in one step.
+template <typename T, int VEC>
+__device__ __forceinline__ void unpack(const Pack<T, VEC>& p, float (&f)[VEC]) {
+  if constexpr (std::is_same_v<T, __half> && VEC % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) {
+      const float2 t = __half22float2(reinterpret_cast<const __half2*>(&p)[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16> && VEC % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < VEC / 2; ++i) {
+      const float2 t = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&p)[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) f[e] = to_float(reinterpret_cast<const T*>(&p)[e]);
+  }
+}
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+
+// ---- 1. appending to the cache ----------------------------------------------------------
+
+// Byte pointers and strides in copy units: a copy does not care about the dtype, so the
+// host picks the widest unit (16, 8, 4 or 2 bytes) that every row, stride and pointer allows.
+struct CacheUpdateParams {
+  char* k_cache;
+  char* v_cache;
+  const char* k;
+  const char* v;
+  int64_t batch, new_tokens, max_seq_len, units_per_row;
+  int64_t k_cache_stride_b, k_cache_stride_s, v_cache_stride_b, v_cache_stride_s;
+  int64_t k_stride_b, k_stride_s, v_stride_b, v_stride_s;
+  RuntimeInt position;  // where token 0 of the new ones goes, per sequence
+};
+
+// One block per new row (sequence b, new token t), grid-stride over the rows; its threads
+// copy the row's units. Row (b, t) of k goes to row (b, position[b] + t) of k_cache; same for v.
+template <typename Unit>
+__global__ void __launch_bounds__(COPY_THREADS) update_cache_kernel(const CacheUpdateParams p) {
+  // BEGIN SOLUTION kernel
+  // HINT: Walk the rows (b, t) of the new tokens with a grid-stride loop over blockIdx.x
+  // HINT: (b = row / new_tokens, t = row % new_tokens). The destination row is
+  // HINT: pos = p.position.at(b) + t; skip the row unless 0 <= pos < max_seq_len (a device
+  // HINT: position was never checked on the host). Cast the byte pointers to Unit*, and let
+  // HINT: the threads copy units threadIdx.x, threadIdx.x + blockDim.x, ... of k's row (b, t)
+  // HINT: to k_cache's row (b, pos), and the same for v (each tensor has its strides, in units).
+  Unit* k_cache = reinterpret_cast<Unit*>(p.k_cache);
+  Unit* v_cache = reinterpret_cast<Unit*>(p.v_cache);
+  const Unit* k = reinterpret_cast<const Unit*>(p.k);
+  const Unit* v = reinterpret_cast<const Unit*>(p.v);
+  const int64_t rows = p.batch * p.new_tokens;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t b = row / p.new_tokens;
+    const int64_t t = row % p.new_tokens;
+    const int64_t pos = p.position.at(b) + t;
+    if (pos < 0 || pos >= p.max_seq_len) continue;  // device-side guard: never write outside
+    const Unit* k_src = k + b * p.k_stride_b + t * p.k_stride_s;
+    const Unit* v_src = v + b * p.v_stride_b + t * p.v_stride_s;
+    Unit* k_dst = k_cache + b * p.k_cache_stride_b + pos * p.k_cache_stride_s;
+    Unit* v_dst = v_cache + b * p.v_cache_stride_b + pos * p.v_cache_stride_s;
+    for (int64_t unit = threadIdx.x; unit < p.units_per_row; unit += blockDim.x) {
+      k_dst[unit] = k_src[unit];
+      v_dst[unit] = v_src[unit];
+    }
+  }
+  // END SOLUTION
+}
+
+// ---- 2. decoding: one query row against the cache ----------------------------------------
+
+// q/out [B, H, 1, D] and k/v [B, H, S_max, D], any strides (in elements), last dim contiguous.
+template <typename T>
+struct DecodeParams {
+  const T* q;
+  const T* k;
+  const T* v;
+  T* out;
+  int64_t q_stride_b, q_stride_h;
+  int64_t k_stride_b, k_stride_h, k_stride_s;
+  int64_t v_stride_b, v_stride_h, v_stride_s;
+  int64_t out_stride_b, out_stride_h;
+  int heads, head_dim;
+  int64_t max_seq_len;
+  RuntimeInt seq_len;  // keys [0, seq_len) of sequence b are attended (clamped to max_seq_len)
+  bool causal;
+  float score_scale;   // log2(e) / sqrt(head_dim): scores in base 2
+  int num_splits;
+  int64_t keys_per_split;
+  // num_splits > 1: partial results, float32, [B*H, num_splits, D] and [B*H, num_splits]
+  float* partial_o;    // unnormalised sum of exp2(s - m) * v
+  float* partial_m;    // the split's max score (base 2); -inf for a split without keys
+  float* partial_l;    // sum of exp2(s - m); 0 for a split without keys
+};
+
+// grid (B*H, num_splits), WARPS_PER_BLOCK warps. Lane `lane_in_key` of a key group holds the
+// elements d = (c * LANES_PER_KEY + lane_in_key) * VEC + e, c < CHUNKS, e < VEC, of q, of its
+// key rows and of the output; the host guarantees LANES_PER_KEY * VEC * CHUNKS >= head_dim
+// and, when VEC > 1, 16-byte alignment and head_dim % VEC == 0.
+template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
+__global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
+    decode_split_kernel(const DecodeParams<T> p) {
+  // BEGIN SOLUTION kernel
+  // HINT: Block (bh, split) handles keys [split * keys_per_split, +keys_per_split) clipped to
+  // HINT: seq_len (read it with p.seq_len.at(b), clamp it to [0, max_seq_len]); a causal flag
+  // HINT: masks nothing: the query is the last token, it sees every cached key.
+  // HINT: 1. Load this lane's q elements into registers as float, times p.score_scale.
+  // HINT: 2. Loop over the keys, each warp KEY_STEPS_IN_FLIGHT steps of (32 / LANES_PER_KEY)
+  // HINT:    keys at a time: load all K and V packs first (zeros past the end), then per key
+  // HINT:    dot = sum q*k over the lane's elements, reduced with __shfl_xor_sync over the
+  // HINT:    LANES_PER_KEY lanes; online softmax: m_new = max(m, scores),
+  // HINT:    l = l * exp2(m - m_new) + sum exp2(s - m_new), acc likewise with the v elements.
+  // HINT: 3. Merge the key groups of a warp (shuffles at offsets LANES_PER_KEY .. 16), then the
+  // HINT:    warps through shared memory: weights exp2(m_w - max m), 0 for an empty state.
+  // HINT: 4. One split: write out = o / l (0 if l == 0). Several: write o, m, l to the
+  // HINT:    float32 partials for combine_splits_kernel.
+  constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;  // key groups in a warp
+  constexpr int ELEMS = VEC * CHUNKS;                             // row elements per lane
+  constexpr int KEYS_PER_WARP_ITER = KEYS_PER_WARP_STEP * KEY_STEPS_IN_FLIGHT;
+  constexpr int KEYS_PER_BLOCK_ITER = KEYS_PER_WARP_ITER * WARPS_PER_BLOCK;
+  static_assert(WARP_SIZE % LANES_PER_KEY == 0, "a key group must not straddle warps");
+  static_assert(LANES_PER_KEY * VEC * CHUNKS >= MAX_HEAD_DIM || VEC > 1,
+                "the scalar path must cover every dimension up to MAX_HEAD_DIM");
+
+  __shared__ float warp_o[WARPS_PER_BLOCK][MAX_HEAD_DIM];
+  __shared__ float warp_m[WARPS_PER_BLOCK];
+  __shared__ float warp_l[WARPS_PER_BLOCK];
+
+  const int bh = blockIdx.x;
+  const int split = blockIdx.y;
+  const int b = bh / p.heads;
+  const int h = bh % p.heads;
+  const int warp = threadIdx.x / WARP_SIZE;
+  const int lane = threadIdx.x % WARP_SIZE;
+  const int key_group = lane / LANES_PER_KEY;  // which key of a warp step this lane reads
+  const int lane_in_key = lane % LANES_PER_KEY;
+
+  // Keys this block attends to. seq_len may come from device memory: clamp it so that no
+  // value can make us read past the cache. The query is token seq_len - 1, so a causal mask
+  // (key j visible iff j <= seq_len - 1) keeps every key below seq_len: nothing is masked.
+  const int64_t seq_len = clamp64(p.seq_len.at(b), 0, p.max_seq_len);
+  const int64_t query_pos = seq_len - 1;
+  const int64_t visible = p.causal ? min64(seq_len, query_pos + 1) : seq_len;  // == seq_len
+  const int64_t key_begin = static_cast<int64_t>(split) * p.keys_per_split;
+  const int64_t key_end = min64(key_begin + p.keys_per_split, visible);
+
+  // 1. q in registers, in float, pre-scaled so that q.k is already the base-2 score.
+  const T* q_row = p.q + b * p.q_stride_b + h * p.q_stride_h;
+  float q_reg[ELEMS];
+#pragma unroll
+  for (int c = 0; c < CHUNKS; ++c) {
+    const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
+    float x[VEC];
+    unpack<T, VEC>(d0 < p.head_dim ? load_pack<T, VEC>(q_row + d0) : zero_pack<T, VEC>(), x);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) q_reg[c * VEC + e] = x[e] * p.score_scale;
+  }
+
+  // 2. Online softmax over this block's keys. State of this lane's key group: m, l (the same
+  //    in every lane of the group) and acc (this lane's output elements).
+  const T* k_head = p.k + b * p.k_stride_b + h * p.k_stride_h;
+  const T* v_head = p.v + b * p.v_stride_b + h * p.v_stride_h;
+  float m = -INFINITY;
+  float l = 0.f;
+  float acc[ELEMS];
+#pragma unroll
+  for (int i = 0; i < ELEMS; ++i) acc[i] = 0.f;
+
+  // This lane's first key row; the pointers advance by a block's keys per iteration. `base`
+  // depends only on the warp, so every lane of a warp runs the same iterations and the
+  // full-mask shuffles below are legal.
+  const int64_t first_key = key_begin + warp * KEYS_PER_WARP_ITER + key_group;
+  const T* k_ptr = k_head + first_key * p.k_stride_s;
+  const T* v_ptr = v_head + first_key * p.v_stride_s;
+  const int64_t k_step = KEYS_PER_WARP_STEP * p.k_stride_s;  // to this lane's next key
+  const int64_t v_step = KEYS_PER_WARP_STEP * p.v_stride_s;
+  const int64_t k_advance = KEYS_PER_BLOCK_ITER * p.k_stride_s;  // to the next iteration
+  const int64_t v_advance = KEYS_PER_BLOCK_ITER * p.v_stride_s;
+  for (int64_t base = key_begin + warp * KEYS_PER_WARP_ITER; base < key_end;
+       base += KEYS_PER_BLOCK_ITER, k_ptr += k_advance, v_ptr += v_advance) {
+    // Issue every load of this iteration before using any: 2 * KEY_STEPS_IN_FLIGHT * CHUNKS
+    // independent 16-byte reads per lane in flight. Keys past key_end read nothing (zeros).
+    Pack<T, VEC> k_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
+    Pack<T, VEC> v_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
+#pragma unroll
+    for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
+      const bool key_ok = base + u * KEYS_PER_WARP_STEP + key_group < key_end;
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
+        const bool in_range = key_ok && d0 < p.head_dim;
+        k_frag[u][c] = in_range ? load_pack<T, VEC>(k_ptr + u * k_step + d0) : zero_pack<T, VEC>();
+        v_frag[u][c] = in_range ? load_pack<T, VEC>(v_ptr + u * v_step + d0) : zero_pack<T, VEC>();
+      }
+    }
+
+    float score[KEY_STEPS_IN_FLIGHT];
+#pragma unroll
+    for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
+      float dot = 0.f;
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        float kf[VEC];
+        unpack<T, VEC>(k_frag[u][c], kf);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) dot = fmaf(q_reg[c * VEC + e], kf[e], dot);
+      }
+      // Butterfly over the key's lanes: every lane of the group ends with the same full sum
+      // (a + b == b + a bit for bit), so m and l stay identical across the group.
+#pragma unroll
+      for (int offset = LANES_PER_KEY / 2; offset > 0; offset /= 2) {
+        dot += __shfl_xor_sync(FULL_MASK, dot, offset);
+      }
+      const int64_t key = base + u * KEYS_PER_WARP_STEP + key_group;
+      score[u] = key < key_end ? dot : -INFINITY;
+    }
+
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) m_new = fmaxf(m_new, score[u]);
+    if (m_new != -INFINITY) {  // this group has seen a key (uniform within the group)
+      const float rescale = exp2f(m - m_new);  // exp2f(-inf) = 0 before the first key
+      l *= rescale;
+#pragma unroll
+      for (int i = 0; i < ELEMS; ++i) acc[i] *= rescale;
+#pragma unroll
+      for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
+        const float prob = exp2f(score[u] - m_new);  // a key past the end: exp2f(-inf) = 0
+        l += prob;
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+          float vf[VEC];
+          unpack<T, VEC>(v_frag[u][c], vf);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[c * VEC + e] = fmaf(prob, vf[e], acc[c * VEC + e]);
+        }
+      }
+      m = m_new;
+    }
+  }
+
+  // 3a. Merge the key groups of this warp: lanes `offset` apart hold the same dimensions of
+  //     different groups. A state that saw no key (m = -inf) gets weight 0, not exp2(nan).
+#pragma unroll
+  for (int offset = LANES_PER_KEY; offset < WARP_SIZE; offset *= 2) {
+    const float m_other = __shfl_xor_sync(FULL_MASK, m, offset);
+    const float l_other = __shfl_xor_sync(FULL_MASK, l, offset);
+    const float m_new = fmaxf(m, m_other);
+    const float w_self = m == -INFINITY ? 0.f : exp2f(m - m_new);
+    const float w_other = m_other == -INFINITY ? 0.f : exp2f(m_other - m_new);
+    l = l * w_self + l_other * w_other;
+#pragma unroll
+    for (int i = 0; i < ELEMS; ++i) {
+      const float acc_other = __shfl_xor_sync(FULL_MASK, acc[i], offset);
+      acc[i] = acc[i] * w_self + acc_other * w_other;
+    }
+    m = m_new;
+  }
+
+  // 3b. Group 0 of each warp publishes the warp's state; its lanes cover every d < head_dim,
+  //     so no element of warp_o is read uninitialised below.
+  if (key_group == 0) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int d = (c * LANES_PER_KEY + lane_in_key) * VEC + e;
+        if (d < p.head_dim) warp_o[warp][d] = acc[c * VEC + e];
+      }
+    }
+    if (lane == 0) {
+      warp_m[warp] = m;
+      warp_l[warp] = l;
+    }
+  }
+  __syncthreads();
+
+  // 4. Merge the warps and write: the output itself (one split) or this split's partial.
+  float block_m = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < WARPS_PER_BLOCK; ++w) block_m = fmaxf(block_m, warp_m[w]);
+  float weight[WARPS_PER_BLOCK];
+  float block_l = 0.f;
+#pragma unroll
+  for (int w = 0; w < WARPS_PER_BLOCK; ++w) {
+    weight[w] = warp_m[w] == -INFINITY ? 0.f : exp2f(warp_m[w] - block_m);
+    block_l += weight[w] * warp_l[w];
+  }
+  for (int d = threadIdx.x; d < p.head_dim; d += THREADS_PER_BLOCK) {
+    float o = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS_PER_BLOCK; ++w) o = fmaf(weight[w], warp_o[w][d], o);
+    if (p.num_splits == 1) {
+      // seq_len 0 (only possible through a device length) has no keys: write 0, not 0/0.
+      p.out[b * p.out_stride_b + h * p.out_stride_h + d] =
+          from_float<T>(block_l > 0.f ? o / block_l : 0.f);
+    } else {
+      p.partial_o[(static_cast<int64_t>(bh) * p.num_splits + split) * p.head_dim + d] = o;
+    }
+  }
+  if (p.num_splits > 1 && threadIdx.x == 0) {
+    p.partial_m[static_cast<int64_t>(bh) * p.num_splits + split] = block_m;
+    p.partial_l[static_cast<int64_t>(bh) * p.num_splits + split] = block_l;
+  }
+  // END SOLUTION
+}
+
+// grid (B*H), MAX_HEAD_DIM threads: thread d merges dimension d over the splits,
+// out = sum_s exp2(m_s - M) o_s / sum_s exp2(m_s - M) l_s with M = max_s m_s.
+template <typename T>
+__global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const DecodeParams<T> p) {
+  // BEGIN SOLUTION kernel
+  // HINT: For block bh: M = max over splits of partial_m; each split's weight is
+  // HINT: exp2(m_s - M), or 0 for an empty split (m_s = -inf); L = sum weight * partial_l;
+  // HINT: thread d writes out[b, h, 0, d] = (sum weight * partial_o[bh, s, d]) / L, or 0 when
+  // HINT: L == 0 (no keys at all).
+  const int bh = blockIdx.x;
+  const int b = bh / p.heads;
+  const int h = bh % p.heads;
+  const float* m_split = p.partial_m + static_cast<int64_t>(bh) * p.num_splits;
+  const float* l_split = p.partial_l + static_cast<int64_t>(bh) * p.num_splits;
+  const float* o_split = p.partial_o + static_cast<int64_t>(bh) * p.num_splits * p.head_dim;
+
+  float m_max = -INFINITY;
+  for (int s = 0; s < p.num_splits; ++s) m_max = fmaxf(m_max, m_split[s]);
+  float l_total = 0.f;
+  for (int s = 0; s < p.num_splits; ++s) {
+    if (m_split[s] != -INFINITY) l_total += exp2f(m_split[s] - m_max) * l_split[s];
+  }
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.f;
+    for (int s = 0; s < p.num_splits; ++s) {
+      if (m_split[s] != -INFINITY) {
+        o = fmaf(exp2f(m_split[s] - m_max), o_split[static_cast<int64_t>(s) * p.head_dim + d], o);
+      }
+    }
+    p.out[b * p.out_stride_b + h * p.out_stride_h + d] =
+        from_float<T>(l_total > 0.f ? o / l_total : 0.f);
+  }
+  // END SOLUTION
+}
+
+// ---- host side: layout choices and launches (given) ---------------------------------------
+
+bool multiple_of(int64_t bytes, int64_t unit) { return bytes % unit == 0; }
+
+bool pointer_aligned(const void* ptr, int64_t unit) {
+  return reinterpret_cast<std::uintptr_t>(ptr) % static_cast<std::uintptr_t>(unit) == 0;
+}
+
+// A dimension of size 1 is only ever indexed at 0, so its stride does not matter.
+bool stride_multiple(const torch::Tensor& t, int dim, int64_t elems) {
+  return t.size(dim) == 1 || t.stride(dim) % elems == 0;
+}
+
+// Can q/k/v be read as 16-byte packs (VEC elements)? head_dim, every base pointer and every
+// stride that is used must be multiples of VEC elements; otherwise the scalar path runs.
+bool can_load_16_bytes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t vec = 16 / q.element_size();
+  if (q.size(3) % vec != 0) return false;
+  for (const torch::Tensor* t : {&q, &k, &v}) {
+    if (!pointer_aligned(t->data_ptr(), 16)) return false;
+    for (int dim = 0; dim < 3; ++dim) {
+      if (!stride_multiple(*t, dim, vec)) return false;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+void launch_split_kernel(const DecodeParams<T>& p, dim3 grid, cudaStream_t stream, bool wide) {
+  constexpr int VEC = 16 / sizeof(T);  // 8 fp16/bf16 or 4 fp32 elements = 16 bytes
+  if (!wide) {  // scalar loads: 32 lanes per key, 4 chunks cover head_dim <= 128
+    decode_split_kernel<T, 1, WARP_SIZE, MAX_HEAD_DIM / WARP_SIZE>
+        <<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
+    return;
+  }
+  // The fewest lanes (a power of two, at least 4) whose 16-byte packs cover head_dim.
+  const int lanes_needed = attn::ceil_div(p.head_dim, VEC);
+  if (lanes_needed <= 4) {
+    decode_split_kernel<T, VEC, 4, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
+  } else if (lanes_needed <= 8) {
+    decode_split_kernel<T, VEC, 8, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
+  } else if (lanes_needed <= 16) {
+    decode_split_kernel<T, VEC, 16, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
+  } else {  // fp32, head_dim in (64, 128]: 32 lanes x 4 elements
+    decode_split_kernel<T, VEC, 32, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
+  }
+}
+
+// The decode pipeline for one dtype. q/out [B, H, 1, D], k/v [B, H, S_max, D], validated.
+// `split_context` is the number of keys the splits cover: seq_len for a host length, S_max
+// for a device length (the split layout must not depend on a value the host cannot see).
+template <typename T>
+void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                torch::Tensor& out, RuntimeInt seq_len, int64_t split_context, bool causal,
+                int num_splits) {
+  const int batch = static_cast<int>(q.size(0));
+  const int heads = static_cast<int>(q.size(1));
+  const int head_dim = static_cast<int>(q.size(3));
+  const int64_t batch_heads = static_cast<int64_t>(batch) * heads;
+  const bool wide = can_load_16_bytes(q, k, v);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  // BEGIN SOLUTION
+  // HINT: Fill DecodeParams<T> (pointers from data_ptr, strides from stride(), score_scale =
+  // HINT: LOG2_E / sqrt(head_dim), keys_per_split = ceil(split_context / num_splits)). With
+  // HINT: num_splits > 1 allocate the float32 partials (o: B*H*num_splits*head_dim, m and l:
+  // HINT: B*H*num_splits each). Launch launch_split_kernel with grid (B*H, num_splits), then,
+  // HINT: with several splits, combine_splits_kernel with grid B*H and MAX_HEAD_DIM threads;
+  // HINT: attn::check_launch after each launch.
+  DecodeParams<T> p{};
+  p.q = reinterpret_cast<const T*>(q.data_ptr());
+  p.k = reinterpret_cast<const T*>(k.data_ptr());
+  p.v = reinterpret_cast<const T*>(v.data_ptr());
+  p.out = reinterpret_cast<T*>(out.data_ptr());
+  p.q_stride_b = q.stride(0);
+  p.q_stride_h = q.stride(1);
+  p.k_stride_b = k.stride(0);
+  p.k_stride_h = k.stride(1);
+  p.k_stride_s = k.stride(2);
+  p.v_stride_b = v.stride(0);
+  p.v_stride_h = v.stride(1);
+  p.v_stride_s = v.stride(2);
+  p.out_stride_b = out.stride(0);
+  p.out_stride_h = out.stride(1);
+  p.heads = heads;
+  p.head_dim = head_dim;
+  p.max_seq_len = k.size(2);
+  p.seq_len = seq_len;
+  p.causal = causal;
+  p.score_scale = LOG2_E / std::sqrt(static_cast<float>(head_dim));
+  p.num_splits = num_splits;
+  p.keys_per_split = (split_context + num_splits - 1) / num_splits;
+
+  // The partials live only until the combine has run; the caching allocator reuses the
+  // memory in stream order (and inside a CUDA graph capture, from the graph's pool).
+  torch::Tensor workspace;
+  if (num_splits > 1) {
+    const int64_t states = batch_heads * num_splits;
+    workspace = torch::empty({states * (head_dim + 2)}, q.options().dtype(torch::kFloat32));
+    p.partial_o = workspace.data_ptr<float>();
+    p.partial_m = p.partial_o + states * head_dim;
+    p.partial_l = p.partial_m + states;
+  }
+
+  const dim3 grid(static_cast<unsigned>(batch_heads), static_cast<unsigned>(num_splits));
+  launch_split_kernel<T>(p, grid, stream, wide);
+  attn::check_launch("decode_split_kernel");
+  if (num_splits > 1) {
+    combine_splits_kernel<T><<<static_cast<unsigned>(batch_heads), MAX_HEAD_DIM, 0, stream>>>(p);
+    attn::check_launch("combine_splits_kernel");
+  }
+  // END SOLUTION
+}
+
+// ---- validation (given) --------------------------------------------------------------------
+
+void check_float_dtype(const torch::Tensor& t, const char* name) {
+  attn::check_dtype(t, name, {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
+}
+
+void check_last_dim_contiguous(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.size(-1) == 1 || t.stride(-1) == 1, name,
+                    " must have a contiguous last dimension (stride 1) but its strides are ",
+                    t.strides(), "; call .contiguous() first.");
+}
+
+// A position or length: a host int (checked by the caller) or a CUDA int32 tensor, 0-d or
+// [batch]. A device value cannot be checked without a sync; the kernels clamp it instead.
+RuntimeInt runtime_int(int64_t value, const std::optional<torch::Tensor>& tensor,
+                       const char* name, int64_t batch, const torch::Device& device) {
+  if (!tensor.has_value()) return RuntimeInt{nullptr, 0, value};
+  const torch::Tensor& t = *tensor;
+  attn::check_cuda_tensor(t, name);
+  TORCH_CHECK_TYPE(t.scalar_type() == torch::kInt32, name,
+                   " must be an int32 tensor but has dtype ", t.scalar_type(),
+                   "; create it with dtype=torch.int32.");
+  TORCH_CHECK_VALUE(t.device() == device, name, " is on ", t.device(),
+                    " but the attention inputs are on ", device, "; put them on the same GPU.");
+  const bool one_value = t.dim() == 0 || (t.dim() == 1 && t.size(0) == 1);
+  TORCH_CHECK_VALUE(one_value || (t.dim() == 1 && t.size(0) == batch), name,
+                    " must be a 0-d tensor or have shape [", batch,
+                    "] (one value per sequence) but has shape ", t.sizes(), ".");
+  return RuntimeInt{t.data_ptr<int32_t>(), one_value ? 0 : t.stride(0), 0};
+}
+
+}  // namespace
+
+// ---- entry points (declared in binding.cpp) ----------------------------------------------
+
+// Write k, v [B, n_new, hidden] into k_cache, v_cache [B, max_seq_len, hidden] at positions
+// [current_pos, current_pos + n_new). current_pos_tensor, when given, replaces current_pos
+// and is read on the device (0-d or [B], int32); rows it sends outside the cache are skipped.
+void update_kv_cache(torch::Tensor k_cache, torch::Tensor v_cache, torch::Tensor k, torch::Tensor v,
+                     int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor) {
+  attn::check_cuda_tensor(k_cache, "k_cache");
+  attn::check_cuda_tensor(v_cache, "v_cache");
+  attn::check_cuda_tensor(k, "k");
+  attn::check_cuda_tensor(v, "v");
+  check_float_dtype(k_cache, "k_cache");
+  attn::check_same(k_cache, "k_cache", v_cache, "v_cache");
+  attn::check_same(k_cache, "k_cache", k, "k");
+  attn::check_same(k_cache, "k_cache", v, "v");
+  attn::check_dim(k_cache, "k_cache", 3, "[batch, max_seq_len, hidden]");
+  attn::check_dim(v_cache, "v_cache", 3, "[batch, max_seq_len, hidden]");
+  attn::check_dim(k, "k", 3, "[batch, new_tokens, hidden]");
+  attn::check_dim(v, "v", 3, "[batch, new_tokens, hidden]");
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(), "k_cache ", k_cache.sizes(),
+                    " and v_cache ", v_cache.sizes(), " must have the same shape.");
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k ", k.sizes(), " and v ", v.sizes(),
+                    " must have the same shape.");
+  attn::check_nonempty(k_cache, "k_cache");
+  attn::check_nonempty(k, "k");
+  const int64_t batch = k_cache.size(0), max_seq_len = k_cache.size(1), hidden = k_cache.size(2);
+  const int64_t new_tokens = k.size(1);
+  TORCH_CHECK_VALUE(k.size(0) == batch && k.size(2) == hidden, "k/v have shape ", k.sizes(),
+                    " but the caches are ", k_cache.sizes(), "; k/v must be [", batch,
+                    ", new_tokens, ", hidden, "] (same batch and hidden as the cache).");
+  for (const auto& [t, name] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"},
+                                std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    check_last_dim_contiguous(*t, name);
+  }
+  if (!current_pos_tensor.has_value()) {
+    TORCH_CHECK_VALUE(current_pos >= 0, "current_pos must be >= 0 but is ", current_pos, ".");
+    TORCH_CHECK_VALUE(current_pos + new_tokens <= max_seq_len, "current_pos ", current_pos, " + ",
+                      new_tokens, " new token(s) overflows the cache: max_seq_len is ", max_seq_len,
+                      "; allocate a longer cache or stop generating.");
+  }
+  const RuntimeInt position =
+      runtime_int(current_pos, current_pos_tensor, "current_pos", batch, k_cache.device());
+  c10::cuda::CUDAGuard guard(k_cache.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+
+  // BEGIN SOLUTION
+  // HINT: Pick the widest copy unit (16, 8, 4 or 2 bytes, at least the element size) that
+  // HINT: divides the row bytes (hidden * element_size), every data_ptr and every batch/token
+  // HINT: stride in bytes; fill CacheUpdateParams with strides in units; launch
+  // HINT: update_cache_kernel<uint4 / uint2 / unsigned / unsigned short> with COPY_THREADS
+  // HINT: threads and one block per new row (at most 65535: the kernel loops over rows),
+  // HINT: then attn::check_launch.
+  const int64_t elem = k.element_size();
+  const torch::Tensor* tensors[] = {&k_cache, &v_cache, &k, &v};
+  int64_t unit = 16;
+  for (; unit > elem; unit /= 2) {
+    bool fits = multiple_of(hidden * elem, unit);
+    for (const torch::Tensor* t : tensors) {
+      fits = fits && pointer_aligned(t->data_ptr(), unit) &&
+             multiple_of(t->stride(0) * elem, unit) && multiple_of(t->stride(1) * elem, unit);
+    }
+    if (fits) break;
+  }
+  const int64_t per_unit = unit / elem;  // elements per copy unit
+  CacheUpdateParams p{};
+  p.k_cache = static_cast<char*>(k_cache.data_ptr());
+  p.v_cache = static_cast<char*>(v_cache.data_ptr());
+  p.k = static_cast<const char*>(k.data_ptr());
+  p.v = static_cast<const char*>(v.data_ptr());
+  p.batch = batch;
+  p.new_tokens = new_tokens;
+  p.max_seq_len = max_seq_len;
+  p.units_per_row = hidden / per_unit;
+  p.k_cache_stride_b = k_cache.stride(0) / per_unit;
+  p.k_cache_stride_s = k_cache.stride(1) / per_unit;
+  p.v_cache_stride_b = v_cache.stride(0) / per_unit;
+  p.v_cache_stride_s = v_cache.stride(1) / per_unit;
+  p.k_stride_b = k.stride(0) / per_unit;
+  p.k_stride_s = k.stride(1) / per_unit;
+  p.v_stride_b = v.stride(0) / per_unit;
+  p.v_stride_s = v.stride(1) / per_unit;
+  p.position = position;
+
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(batch * new_tokens, 65535));
+  switch (unit) {
+    case 16: update_cache_kernel<uint4><<<blocks, COPY_THREADS, 0, stream>>>(p); break;
+    case 8: update_cache_kernel<uint2><<<blocks, COPY_THREADS, 0, stream>>>(p); break;
+    case 4: update_cache_kernel<unsigned><<<blocks, COPY_THREADS, 0, stream>>>(p); break;
+    default: update_cache_kernel<unsigned short><<<blocks, COPY_THREADS, 0, stream>>>(p); break;
+  }
+  attn::check_launch("update_cache_kernel");
+  // END SOLUTION
+}
+
+// softmax(q k^T / sqrt(D)) v for one query per (batch, head) against keys [0, seq_len) of the
+// cache. q [B, H, 1, D], k/v [B, H, S_max, D], any strides with a contiguous last dimension
+// (the [B, S_max, hidden] cache viewed per head, or Hugging Face's [B, H, S, D] cache).
+// seq_len_tensor, when given, replaces seq_len and is read on the device (0-d or [B], int32).
+torch::Tensor decode_attention_bhsd(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                    int64_t seq_len,
+                                    std::optional<torch::Tensor> seq_len_tensor, bool causal,
+                                    int64_t num_splits, std::optional<torch::Tensor> out) {
+  attn::check_cuda_tensor(q, "q");
+  attn::check_cuda_tensor(k, "k");
+  attn::check_cuda_tensor(v, "v");
+  check_float_dtype(q, "q");
+  attn::check_same(q, "q", k, "k");
+  attn::check_same(q, "q", v, "v");
+  attn::check_dim(q, "q", 4, "[batch, heads, 1, head_dim]");
+  attn::check_dim(k, "k", 4, "[batch, heads, max_seq_len, head_dim]");
+  attn::check_dim(v, "v", 4, "[batch, heads, max_seq_len, head_dim]");
+  TORCH_CHECK_VALUE(q.size(2) == 1, "decode attends one new query per sequence: q must be [batch, "
+                    "heads, 1, head_dim] but has shape ", q.sizes(),
+                    "; run a prompt through prefill (task 4's flash_attention) instead.");
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k ", k.sizes(), " and v ", v.sizes(),
+                    " must have the same shape.");
+  TORCH_CHECK_VALUE(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
+                    "q ", q.sizes(), " does not match the cache ", k.sizes(),
+                    ": batch, heads and head_dim must agree.");
+  attn::check_nonempty(q, "q");
+  attn::check_nonempty(k, "k");
+  TORCH_CHECK_VALUE(q.size(3) <= MAX_HEAD_DIM, "head_dim ", q.size(3), " exceeds ", MAX_HEAD_DIM,
+                    ", the largest this kernel supports (its registers and shared memory are "
+                    "sized for it).");
+  check_last_dim_contiguous(q, "q");
+  check_last_dim_contiguous(k, "k");
+  check_last_dim_contiguous(v, "v");
+  const int64_t batch = q.size(0), max_seq_len = k.size(2);
+  TORCH_CHECK_VALUE(batch * q.size(1) <= std::numeric_limits<int32_t>::max() &&
+                    max_seq_len <= std::numeric_limits<int32_t>::max(),
+                    "batch * heads and max_seq_len must each fit in int32.");
+  if (!seq_len_tensor.has_value()) {
+    TORCH_CHECK_VALUE(seq_len >= 1, "seq_len must be at least 1 (the new token itself) but is ",
+                      seq_len, ".");
+    TORCH_CHECK_VALUE(seq_len <= max_seq_len, "seq_len ", seq_len,
+                      " is beyond the cache: max_seq_len is ", max_seq_len, ".");
+  }
+  TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= MAX_SPLITS, "num_splits must be in [1, ",
+                    MAX_SPLITS, "] but is ", num_splits, ".");
+  const RuntimeInt length = runtime_int(seq_len, seq_len_tensor, "seq_len", batch, q.device());
+  if (out.has_value()) {
+    attn::check_cuda_tensor(*out, "out");
+    attn::check_same(q, "q", *out, "out");
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), "out has shape ", out->sizes(), " but must be ",
+                      q.sizes(), " like q.");
+    check_last_dim_contiguous(*out, "out");
+  }
+  c10::cuda::CUDAGuard guard(q.device());
+
+  torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
+  const int64_t split_context = seq_len_tensor.has_value() ? max_seq_len : seq_len;
+  const int splits = static_cast<int>(num_splits);
+  switch (q.scalar_type()) {
+    case torch::kFloat32:
+      run_decode<float>(q, k, v, result, length, split_context, causal, splits);
+      break;
+    case torch::kFloat16:
+      run_decode<__half>(q, k, v, result, length, split_context, causal, splits);
+      break;
+    default:
+      run_decode<__nv_bfloat16>(q, k, v, result, length, split_context, causal, splits);
+      break;
+  }
+  return result;
+}
+
+// The course's layout: q [B, 1, hidden] against k_cache/v_cache [B, max_seq_len, hidden]
+// (heads interleaved in hidden). The per-head views are made here, without copies.
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                               int64_t num_heads, int64_t seq_len,
+                               std::optional<torch::Tensor> seq_len_tensor, bool causal,
+                               int64_t num_splits, std::optional<torch::Tensor> out) {
+  attn::check_cuda_tensor(q, "q");
+  attn::check_cuda_tensor(k_cache, "k_cache");
+  attn::check_cuda_tensor(v_cache, "v_cache");
+  attn::check_dim(q, "q", 3, "[batch, 1, hidden]");
+  attn::check_dim(k_cache, "k_cache", 3, "[batch, max_seq_len, hidden]");
+  attn::check_dim(v_cache, "v_cache", 3, "[batch, max_seq_len, hidden]");
+  TORCH_CHECK_VALUE(q.size(1) == 1, "decode takes one new token per sequence: q must be [batch, 1, "
+                    "hidden] but has shape ", q.sizes(), "; run a prompt through prefill instead.");
+  const int64_t hidden = q.size(2);
+  TORCH_CHECK_VALUE(num_heads >= 1 && hidden % num_heads == 0, "hidden ", hidden,
+                    " is not divisible by num_heads ", num_heads, ".");
+  TORCH_CHECK_VALUE(k_cache.size(2) == hidden && v_cache.size(2) == hidden, "q has hidden ", hidden,
+                    " but the caches are ", k_cache.sizes(), " and ", v_cache.sizes(), ".");
+  check_last_dim_contiguous(q, "q");
+  check_last_dim_contiguous(k_cache, "k_cache");
+  check_last_dim_contiguous(v_cache, "v_cache");
+  const int64_t head_dim = hidden / num_heads;
+  // [B, S, hidden] -> [B, S, H, D] -> [B, H, S, D]: splitting a stride-1 dimension is always
+  // a view, so the kernel reads the cache where it is.
+  auto per_head = [&](const torch::Tensor& t) {
+    return t.view({t.size(0), t.size(1), num_heads, head_dim}).transpose(1, 2);
+  };
+  torch::Tensor result;
+  if (out.has_value()) {
+    attn::check_cuda_tensor(*out, "out");
+    attn::check_same(q, "q", *out, "out");
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), "out has shape ", out->sizes(), " but must be ",
+                      q.sizes(), " like q.");
+    check_last_dim_contiguous(*out, "out");
+    result = *out;
+  } else {
+    result = torch::empty(q.sizes(), q.options());
+  }
+  decode_attention_bhsd(per_head(q), per_head(k_cache), per_head(v_cache), seq_len, seq_len_tensor,
+                        causal, num_splits, per_head(result));
+  return result;
+}
