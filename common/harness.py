@@ -140,6 +140,10 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
             print(f"[{task}] {err}")
             all_checks.append(Check(g, False, "the extension did not build (see above)"))
             continue
+        except NotImplementedError as err:
+            # The student skeleton: a missing solution is a failed check, not a crash.
+            all_checks.append(Check(g, False, f"not implemented: {err}"))
+            continue
         checks, found = result[0], result[1]
         all_checks += checks
         metrics.update(found)
