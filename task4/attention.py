@@ -1,0 +1,116 @@
+"""Task 4: multi-head attention on the fused FlashAttention-2 CUDA kernel.
+
+Task 3 ran FlashAttention-2 tile by tile in Python. Here the whole tile loop is one CUDA
+kernel (task4/flash_attention.cu): a block copies its Q tile and each K/V tile into shared
+memory, computes scores, the online softmax and P V in registers, and writes O / l once. The
+S x S score matrix never exists, not even in shared memory.
+
+This file is the Python side, read top to bottom:
+
+    flash_attention(q, k, v, causal)      q/k/v [B, heads, S, head_dim] -> [B, heads, S, head_dim]
+        fp32          -> ext.flash_attention_fp32  (the course kernel, CUDA cores)
+        fp16 or bf16  -> ext.flash_attention_mma   (tensor cores, task4/flash_attention_mma.cu)
+    CustomFlashAttention(w_q, w_k, w_v, w_o, hidden_dim, num_heads)
+        forward(x, causal): the projections in PyTorch (one GEMM for q, k and v, as
+        nn.MultiheadAttention does), the attention on head *views* of them (no copies: the
+        kernel takes strides), then the output projection.
+
+The kernels take any strides whose last dimension is contiguous, so `x.view(B, S, H, D)
+.transpose(1, 2)` goes in as it is. Tasks 5, 6 and 7 call `flash_attention` for prefill.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from task4.compile import load
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+KERNELS = ("auto", "fp32", "mma")
+
+
+def _extension():
+    """The built extension (cached build reused; without a GPU this raises BuildError)."""
+    return load()
+
+
+def call_extension(fn, *args):
+    """Call an extension entry; an unwritten solution region becomes NotImplementedError.
+
+    In the student skeleton the host code of the kernel is replaced by
+    TORCH_CHECK(false, "Task 4: ... is not implemented yet"), which reaches Python as a
+    RuntimeError; the tests report NotImplementedError as "not implemented", not as a crash.
+    """
+    try:
+        return fn(*args)
+    except RuntimeError as err:
+        if "not implemented" in str(err).lower():
+            raise NotImplementedError(str(err).strip().splitlines()[0]) from None
+        raise
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(head_dim) [+ causal mask]) v on the fused kernel.
+
+    q, k, v: [B, heads, S, head_dim] CUDA tensors of one dtype, any strides with a contiguous
+    last dimension; head_dim a multiple of 8 up to 128. fp32 runs the course kernel, fp16 and
+    bf16 the tensor-core kernel. Returns a new contiguous [B, heads, S, head_dim] tensor, or
+    writes `out` (same shape and dtype, any strides with a contiguous last dimension) and
+    returns it. Bad input raises ValueError or TypeError from the extension.
+    """
+    ext = _extension()
+    fn = ext.flash_attention_mma if q.dtype in HALF_DTYPES else ext.flash_attention_fp32
+    return call_extension(fn, q, k, v, causal, out)
+
+
+class CustomFlashAttention(nn.Module):
+    """Multi-head self-attention on the fused FlashAttention-2 kernel (interface of task 1).
+
+    w_q, w_k, w_v, w_o: [hidden_dim, hidden_dim] projection matrices (y = x @ w.T).
+    kernel: "auto" (fp32 x -> the fp32 kernel, fp16/bf16 x -> the tensor-core kernel),
+    "fp32" (always the fp32 kernel; half inputs are computed in fp32) or "mma" (always the
+    tensor-core kernel; fp32 inputs are rounded to fp16 for it). The output has x's dtype.
+    """
+
+    def __init__(self, w_q, w_k, w_v, w_o, hidden_dim: int, num_heads: int, kernel: str = "auto"):
+        super().__init__()
+        if hidden_dim % num_heads != 0:
+            raise ValueError(f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}.")
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, not {kernel!r}.")
+        self.w_q, self.w_k, self.w_v, self.w_o = w_q, w_k, w_v, w_o
+        # One [3 * hidden, hidden] matrix: q, k and v come out of a single GEMM.
+        self.w_qkv = torch.cat([w_q, w_k, w_v])
+        self.hidden_dim = hidden_dim
+        self.num_heads = num_heads
+        self.head_dim = hidden_dim // num_heads
+        self.kernel = kernel
+
+    def kernel_for(self, dtype: torch.dtype) -> str:
+        """'fp32' or 'mma': the kernel a forward on inputs of `dtype` runs."""
+        if self.kernel != "auto":
+            return self.kernel
+        return "mma" if dtype in HALF_DTYPES else "fp32"
+
+    def forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        # [B, S, 3 * hidden]; q, k, v are views of it (row stride 3 * hidden, no copies).
+        q, k, v = (x @ self.w_qkv.T).split(self.hidden_dim, dim=-1)
+
+        if self.kernel_for(x.dtype) == "fp32":
+            q, k, v = (t.float() for t in (q, k, v))  # no-ops for fp32 x
+            # The course entry: [B, S, hidden] in and out; the head split is a strided view
+            # inside the extension, and the output comes back with the heads already merged.
+            entry = _extension().custom_flash_attention
+            attn = call_extension(entry, q, k, v, self.num_heads, causal, None)
+        else:
+            dtype = x.dtype if x.dtype in HALF_DTYPES else torch.float16
+
+            def heads(t):  # [B, S, hidden] -> [B, heads, S, head_dim], a view
+                return t.to(dtype).unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+
+            out = flash_attention(heads(q), heads(k), heads(v), causal)
+            attn = out.transpose(1, 2).reshape(batch, seq, self.hidden_dim)
+        return attn.to(x.dtype) @ self.w_o.T

@@ -1,0 +1,33 @@
+// Python bindings of the task 4 extension `custom_flash_attention`.
+//
+// The kernels live in flash_attention.cu (fp32, the course kernel) and
+// flash_attention_mma.cu (fp16/bf16 on tensor cores); this file only exposes them. It is
+// the one file that includes <torch/extension.h> (pybind11), which is slow to compile, so
+// the kernel files stay quick to rebuild.
+#include <torch/extension.h>
+
+// fp32, q/k/v [B, S, hidden] (projected, heads interleaved in hidden): the course's entry.
+// Every entry returns the output; `out`, when given, is written instead of a new tensor
+// (the tests pass a NaN-poisoned one to catch elements the kernel never writes).
+torch::Tensor custom_flash_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                     int64_t num_heads, bool causal,
+                                     std::optional<torch::Tensor> out);
+// fp32, q/k/v [B, H, S, D] with any strides whose last dimension is contiguous.
+torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
+                                   std::optional<torch::Tensor> out);
+// fp16 or bf16, q/k/v [B, H, S, D] with any strides whose last dimension is contiguous.
+torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
+                                  std::optional<torch::Tensor> out);
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Task 4: fused FlashAttention-2 forward kernels";
+  m.def("custom_flash_attention", &custom_flash_attention,
+        "FlashAttention-2 forward, fp32, q/k/v [B, S, hidden]", py::arg("q"), py::arg("k"),
+        py::arg("v"), py::arg("num_heads"), py::arg("causal") = false, py::arg("out") = py::none());
+  m.def("flash_attention_fp32", &flash_attention_fp32,
+        "FlashAttention-2 forward, fp32 CUDA cores, q/k/v [B, H, S, D]", py::arg("q"),
+        py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none());
+  m.def("flash_attention_mma", &flash_attention_mma,
+        "FlashAttention-2 forward, fp16/bf16 tensor cores, q/k/v [B, H, S, D]", py::arg("q"),
+        py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none());
+}

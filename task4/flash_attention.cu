@@ -1,0 +1,628 @@
+// Task 4: the fused FlashAttention-2 forward kernel in fp32 (the course kernel).
+//
+// The idea. One thread block owns one tile of query rows of one (batch, head). It keeps
+// that Q tile in shared memory and walks over the keys and values tile by tile, holding
+// per query row only the running maximum m, the running sum l and the unnormalised output
+// O (task 3's algorithm). The S x S score matrix never exists: each block sees one
+// rows_per_q_tile x rows_per_kv_tile tile of it at a time, in registers. Per key tile:
+//
+//   scores = Q K^T            register-blocked like an SGEMM micro-kernel (below)
+//   mask                      only on tiles that reach the diagonal (causal) or the
+//                             sequence end (tail keys >= S are set to -inf)
+//   m_new = max(m, rowmax)    row max by warp shuffles: the lanes sharing a row are in one warp
+//   P = exp2(scores * scale*log2(e) - m_new)    log2(e) folded into the scale, so exp2f
+//   l = l * exp2(m - m_new) + rowsum(P);  O = O * exp2(m - m_new) + P V
+//
+// and at the end out = O / l. Causal: key tiles entirely above the diagonal are never
+// loaded (the loop stops at the diagonal), and query tiles are launched heaviest first so
+// the long ones do not start last.
+//
+// The tile shape and why. A block has 8 warps (256 threads); each warp is 4 lanes across
+// rows x 8 lanes across keys. A thread owns 4 query rows (rows_per_thread) x 8 keys
+// (keys_per_thread) of the score tile, and the same 4 rows x 16 columns of O (head_dim
+// 128), so rows_per_q_tile = 8 warps x 4 x 4 = 128 and rows_per_kv_tile = 8 x 8 = 64.
+// With 4 x 8 values per thread, each 4-wide step of the dot products reads 4 + 8 float4
+// from shared memory for 128 FMAs, and P V reads 4 + 16 float4 for 256 FMAs: the FMA units,
+// not shared memory, set the pace (a thread per row would need one shared load per FMA).
+// Everything stays in natural row-major layout ([row][d], padded): the dot products run
+// along head_dim, so Q and K are read as float4 along d, and tiles are copied global ->
+// shared with 16-byte cp.async (no transposes). Q/K rows are padded by 4 floats and P rows
+// by 8 so the float4 reads and the P writes of a warp hit 32 distinct banks. Because a
+// thread's O rows are its score rows, P only travels inside a warp, and m and l live in
+// registers. V of tile j is fetched while the scores of tile j are computed, and K of tile
+// j+1 while P V of tile j is computed (cp.async), so loads overlap the math. Shared memory
+// at head_dim 128: Q 66 KB + K 33 KB + V 32 KB + P 36 KB = 167 KB (one block per SM).
+//
+// Other tile configs (ATTN_FP32_CONFIG, read on every call so a test can time them all):
+//   0: 8 warps, 128 x 64  (the default; 167 KB at head_dim 128, one block per SM)
+//   1: 4 warps,  64 x 32  (76 KB: two blocks per SM overlap each other's barriers)
+//   2: 8 warps, 128 x 32  (119 KB; shorter key tiles)
+// head_dim is a template too: padded up to 32, 64 or 128, with the padding columns
+// zero-filled on load (so dot products are unchanged) and never written out.
+//
+// Measured: see Results.md (results/h100.json).
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/types.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "attention_checks.cuh"
+
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Tile configuration and shared-memory layout
+// ---------------------------------------------------------------------------------------
+
+template <int NUM_WARPS, int ROWS_PER_THREAD, int KEYS_PER_THREAD>
+struct TileConfig {
+  static constexpr int num_warps = NUM_WARPS;
+  static constexpr int threads = NUM_WARPS * 32;
+  // A warp is row_lanes x col_lanes: the 8 lanes that share a row differ in the low 3 bits
+  // of the lane id, so a row reduction is 3 __shfl_xor_sync steps (1, 2, 4).
+  static constexpr int row_lanes = 4;
+  static constexpr int col_lanes = 8;
+  static constexpr int rows_per_thread = ROWS_PER_THREAD;
+  static constexpr int keys_per_thread = KEYS_PER_THREAD;
+  static constexpr int rows_per_warp = row_lanes * ROWS_PER_THREAD;
+  static constexpr int rows_per_q_tile = NUM_WARPS * rows_per_warp;
+  static constexpr int rows_per_kv_tile = col_lanes * KEYS_PER_THREAD;
+};
+
+using Config0 = TileConfig<8, 4, 8>;  // 128 x 64
+using Config1 = TileConfig<4, 4, 4>;  //  64 x 32
+using Config2 = TileConfig<8, 4, 4>;  // 128 x 32
+constexpr int kNumConfigs = 3;
+constexpr int kDefaultConfig = 0;
+
+// Offsets (in floats) of the four tiles in dynamic shared memory.
+template <class Cfg, int HEAD_DIM_PAD>
+struct SmemLayout {
+  // +4 floats: consecutive rows start 4 banks apart, so the 4 (Q) or 8 (K) distinct rows a
+  // warp reads with one float4 instruction fall in distinct banks.
+  static constexpr int qk_stride = HEAD_DIM_PAD + 4;
+  // V is read as 32 consecutive floats of one row per instruction: no padding needed.
+  static constexpr int v_stride = HEAD_DIM_PAD;
+  // +8 floats: the 4 row lanes of a warp write P 8 banks apart, x 8 key lanes = 32 banks.
+  static constexpr int p_stride = Cfg::rows_per_kv_tile + 8;
+  static constexpr int q_offset = 0;
+  static constexpr int k_offset = q_offset + Cfg::rows_per_q_tile * qk_stride;
+  static constexpr int v_offset = k_offset + Cfg::rows_per_kv_tile * qk_stride;
+  static constexpr int p_offset = v_offset + Cfg::rows_per_kv_tile * v_stride;
+  static constexpr int floats = p_offset + Cfg::rows_per_q_tile * p_stride;
+  static constexpr size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  // Every tile starts and every row starts on 16 bytes (cp.async and float4 need it).
+  static_assert(qk_stride % 4 == 0 && v_stride % 4 == 0 && p_stride % 4 == 0, "row alignment");
+  static_assert(k_offset % 4 == 0 && v_offset % 4 == 0 && p_offset % 4 == 0, "tile alignment");
+};
+
+// Everything the kernel needs about the tensors. Strides are in elements; the last
+// dimension (head_dim) has stride 1 for all four tensors (checked on the host).
+struct FlashParams {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t q_stride_b, q_stride_h, q_stride_s;
+  int64_t k_stride_b, k_stride_h, k_stride_s;
+  int64_t v_stride_b, v_stride_h, v_stride_s;
+  int64_t o_stride_b, o_stride_h, o_stride_s;
+  int heads;
+  int seq;
+  int head_dim;
+  float scale_log2;  // log2(e) / sqrt(head_dim): scores * scale_log2 feed exp2f
+  bool causal;
+};
+
+// ---------------------------------------------------------------------------------------
+// Asynchronous 16-byte copies global -> shared (cp.async, sm_80+), with zero fill
+// ---------------------------------------------------------------------------------------
+
+// Copies 16 bytes, or writes 16 zero bytes when !valid (src-size 0 reads nothing). Zeros are
+// what the padding needs: zero head_dim columns leave dot products unchanged, and zero V rows
+// past the sequence end keep 0 * V finite.
+__device__ __forceinline__ void copy16_async(float* smem_dst, const float* gmem_src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src),
+               "r"(src_bytes)
+               : "memory");
+#else
+  *reinterpret_cast<float4*>(smem_dst) =
+      valid ? *reinterpret_cast<const float4*>(gmem_src) : make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
+}
+
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Wait until every copy this thread issued has landed. Other threads' copies are visible
+// only after the __syncthreads() that must follow.
+__device__ __forceinline__ void copy_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#endif
+}
+
+// Copy rows [first_row, first_row + ROWS) of one head ([seq, head_dim], row stride
+// src_row_stride) into a shared tile [ROWS][dst_stride], HEAD_DIM_PAD columns, 16 bytes per
+// copy, consecutive threads on consecutive 16-byte chunks of a row (coalesced). Rows >= seq
+// and columns >= head_dim are zero-filled; the source pointer of a skipped copy is the head's
+// first element, which always exists.
+template <int ROWS, int HEAD_DIM_PAD, int THREADS>
+__device__ __forceinline__ void load_tile_async(float* dst, int dst_stride, const float* head,
+                                                int64_t src_row_stride, int first_row, int seq,
+                                                int head_dim, int tid) {
+  constexpr int chunks_per_row = HEAD_DIM_PAD / 4;
+  constexpr int chunks = ROWS * chunks_per_row;
+  static_assert(chunks % THREADS == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int step = 0; step < chunks / THREADS; ++step) {
+    const int c = tid + step * THREADS;
+    const int r = c / chunks_per_row;
+    const int col = (c % chunks_per_row) * 4;
+    const int row = first_row + r;
+    // head_dim is a multiple of 8, so a 4-float chunk is entirely inside or entirely padding.
+    const bool valid = row < seq && col < head_dim;
+    const float* src = valid ? head + static_cast<int64_t>(row) * src_row_stride + col : head;
+    copy16_async(dst + r * dst_stride + col, src, valid);
+  }
+}
+
+__device__ __forceinline__ float component(const float4& f, int i) {
+  return i == 0 ? f.x : i == 1 ? f.y : i == 2 ? f.z : f.w;  // i is a constant once unrolled
+}
+
+// ---------------------------------------------------------------------------------------
+// The kernel: grid (batch * heads, query tiles), Cfg::threads threads
+// ---------------------------------------------------------------------------------------
+
+template <class Cfg, int HEAD_DIM_PAD>
+__global__ void __launch_bounds__(Cfg::threads, 1)
+    flash_attention_fp32_kernel(const FlashParams p) {
+  // BEGIN SOLUTION kernel
+  // HINT: One block = one tile of rows_per_q_tile query rows of one (batch, head):
+  // HINT: blockIdx.x is batch * heads + head, blockIdx.y the query tile (reversed when causal,
+  // HINT: heaviest first). Copy the Q tile to shared memory once. For each key/value tile (stop
+  // HINT: after the diagonal when causal): copy K and V tiles to shared memory (zero rows >= seq
+  // HINT: and columns >= head_dim), __syncthreads(), compute this thread's scores from shared
+  // HINT: memory, set masked ones (key >= seq, or key > row when causal) to -INFINITY, update the
+  // HINT: running row max m (warp shuffles over the lanes of a row), rescale l and O by
+  // HINT: exp2f(m_old - m_new), P = exp2f(score * scale_log2 - m_new), l += rowsum(P), write P to
+  // HINT: shared memory, then O += P V. At the end write O / l for rows < seq, columns < head_dim.
+  constexpr int kRowsPerQTile = Cfg::rows_per_q_tile;
+  constexpr int kRowsPerKvTile = Cfg::rows_per_kv_tile;
+  constexpr int kRowsPerThread = Cfg::rows_per_thread;
+  constexpr int kKeysPerThread = Cfg::keys_per_thread;
+  // O columns per thread come in float4 chunks: a warp row covers 8 lanes x 4 = 32 columns.
+  constexpr int kOutChunks = HEAD_DIM_PAD / (Cfg::col_lanes * 4);
+  using Layout = SmemLayout<Cfg, HEAD_DIM_PAD>;
+  static_assert(HEAD_DIM_PAD % 32 == 0, "head_dim is padded to a multiple of 32");
+  static_assert(kRowsPerKvTile % 4 == 0, "P V walks keys 4 at a time");
+
+  extern __shared__ float4 smem_float4[];  // declared float4: 16-byte aligned
+  float* const smem = reinterpret_cast<float*>(smem_float4);
+  float* const q_tile = smem + Layout::q_offset;  // [rows_per_q_tile][qk_stride]
+  float* const k_tile = smem + Layout::k_offset;  // [rows_per_kv_tile][qk_stride]
+  float* const v_tile = smem + Layout::v_offset;  // [rows_per_kv_tile][v_stride]
+  float* const p_tile = smem + Layout::p_offset;  // [rows_per_q_tile][p_stride]
+
+  const int seq = p.seq;
+  const int batch_index = blockIdx.x / p.heads;
+  const int head_index = blockIdx.x % p.heads;
+  // Causal: tile t needs t + 1 key tiles, so launch the last (heaviest) tiles first.
+  const int q_tile_index = p.causal ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
+  const int q_start = q_tile_index * kRowsPerQTile;
+
+  const float* q_head = p.q + batch_index * p.q_stride_b + head_index * p.q_stride_h;
+  const float* k_head = p.k + batch_index * p.k_stride_b + head_index * p.k_stride_h;
+  const float* v_head = p.v + batch_index * p.v_stride_b + head_index * p.v_stride_h;
+  float* const out_head = p.out + batch_index * p.o_stride_b + head_index * p.o_stride_h;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int row_lane = lane / Cfg::col_lanes;  // 0..3
+  const int col_lane = lane % Cfg::col_lanes;  // 0..7: the lanes that share a row
+  // This thread's rows in the tile: first_row + 4 * i. Interleaved (not 4 consecutive rows)
+  // so that the 4 row lanes of a warp read 4 consecutive rows: distinct banks.
+  const int first_row = warp * Cfg::rows_per_warp + row_lane;
+  // This thread's keys in a key tile: col_lane + 8 * j (8 consecutive keys per instruction).
+  // This thread's O columns: chunk c covers c * 32 + col_lane * 4 + (0..3).
+
+  // Key tiles to visit: all, or (causal) up to the one holding this tile's last row.
+  const int kv_tiles_all = (seq + kRowsPerKvTile - 1) / kRowsPerKvTile;
+  const int kv_tiles_causal = (q_start + kRowsPerQTile + kRowsPerKvTile - 1) / kRowsPerKvTile;
+  const int num_kv_tiles = p.causal ? min(kv_tiles_all, kv_tiles_causal) : kv_tiles_all;
+
+  float o_acc[kRowsPerThread][kOutChunks * 4];
+  float row_max[kRowsPerThread];  // m, in log2 units (score * scale_log2); same on all 8 lanes
+  float row_sum[kRowsPerThread];  // l, this lane's share (its keys); summed over lanes at the end
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    row_max[i] = -INFINITY;
+    row_sum[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kOutChunks * 4; ++c) o_acc[i][c] = 0.f;
+  }
+
+  // Prologue: Q tile and the first K tile in one group.
+  load_tile_async<kRowsPerQTile, HEAD_DIM_PAD, Cfg::threads>(
+      q_tile, Layout::qk_stride, q_head, p.q_stride_s, q_start, seq, p.head_dim, tid);
+  load_tile_async<kRowsPerKvTile, HEAD_DIM_PAD, Cfg::threads>(
+      k_tile, Layout::qk_stride, k_head, p.k_stride_s, 0, seq, p.head_dim, tid);
+  copy_async_commit();
+
+  for (int kv_tile = 0; kv_tile < num_kv_tiles; ++kv_tile) {
+    const int kv_start = kv_tile * kRowsPerKvTile;
+
+    // K of this tile has landed (our copies) and is visible (everyone's, after the barrier).
+    // The barrier also means every warp is done with the previous V and P, so V can be refilled.
+    copy_async_wait_all();
+    __syncthreads();
+    load_tile_async<kRowsPerKvTile, HEAD_DIM_PAD, Cfg::threads>(
+        v_tile, Layout::v_stride, v_head, p.v_stride_s, kv_start, seq, p.head_dim, tid);
+    copy_async_commit();
+
+    // scores = Q K^T for this thread's rows x keys, 4 head_dim columns per step.
+    float score[kRowsPerThread][kKeysPerThread];
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i)
+#pragma unroll
+      for (int j = 0; j < kKeysPerThread; ++j) score[i][j] = 0.f;
+
+#pragma unroll 4
+    for (int d = 0; d < HEAD_DIM_PAD; d += 4) {
+      float4 q_frag[kRowsPerThread];
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i)
+        q_frag[i] = *reinterpret_cast<const float4*>(
+            q_tile + (first_row + Cfg::row_lanes * i) * Layout::qk_stride + d);
+#pragma unroll
+      for (int j = 0; j < kKeysPerThread; ++j) {
+        const float4 k_frag = *reinterpret_cast<const float4*>(
+            k_tile + (col_lane + Cfg::col_lanes * j) * Layout::qk_stride + d);
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) {
+          score[i][j] = fmaf(q_frag[i].x, k_frag.x, score[i][j]);
+          score[i][j] = fmaf(q_frag[i].y, k_frag.y, score[i][j]);
+          score[i][j] = fmaf(q_frag[i].z, k_frag.z, score[i][j]);
+          score[i][j] = fmaf(q_frag[i].w, k_frag.w, score[i][j]);
+        }
+      }
+    }
+
+    // Mask only where it can matter: the tile holding the sequence end (keys >= seq are
+    // zero-filled padding) and, when causal, tiles with a key past the tile's first row.
+    const bool tail_tile = kv_start + kRowsPerKvTile > seq;
+    const bool diagonal_tile = p.causal && kv_start + kRowsPerKvTile - 1 > q_start;
+    if (tail_tile || diagonal_tile) {
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i) {
+        const int row = q_start + first_row + Cfg::row_lanes * i;
+#pragma unroll
+        for (int j = 0; j < kKeysPerThread; ++j) {
+          const int key = kv_start + col_lane + Cfg::col_lanes * j;
+          if (key >= seq || (p.causal && key > row)) score[i][j] = -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax, row by row. Every row sees key 0 in the first tile, so m is finite
+    // from then on; the m_use guard only keeps a fully masked row at 0 instead of NaN.
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      float tile_max = score[i][0];
+#pragma unroll
+      for (int j = 1; j < kKeysPerThread; ++j) tile_max = fmaxf(tile_max, score[i][j]);
+#pragma unroll
+      for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
+      // scale_log2 > 0, so the max of the scaled scores is the scaled max.
+      const float new_max = fmaxf(row_max[i], tile_max * p.scale_log2);
+      const float m_use = new_max == -INFINITY ? 0.f : new_max;
+      const float rescale = exp2f(row_max[i] - m_use);  // exp2(-inf) = 0 on the first tile
+      row_max[i] = new_max;
+      float tile_sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kKeysPerThread; ++j) {
+        score[i][j] = exp2f(fmaf(score[i][j], p.scale_log2, -m_use));  // masked: exp2(-inf) = 0
+        tile_sum += score[i][j];
+      }
+      row_sum[i] = row_sum[i] * rescale + tile_sum;
+#pragma unroll
+      for (int c = 0; c < kOutChunks * 4; ++c) o_acc[i][c] *= rescale;
+    }
+
+    // P to shared memory. Only this warp reads these rows back (a thread's O rows are its
+    // score rows), and the barrier below orders the writes before the reads.
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i)
+#pragma unroll
+      for (int j = 0; j < kKeysPerThread; ++j)
+        p_tile[(first_row + Cfg::row_lanes * i) * Layout::p_stride + col_lane +
+               Cfg::col_lanes * j] = score[i][j];
+
+    // V has landed and is visible; every warp is done reading K, so K can be refilled with
+    // the next tile while we compute P V.
+    copy_async_wait_all();
+    __syncthreads();
+    if (kv_tile + 1 < num_kv_tiles) {
+      load_tile_async<kRowsPerKvTile, HEAD_DIM_PAD, Cfg::threads>(
+          k_tile, Layout::qk_stride, k_head, p.k_stride_s, kv_start + kRowsPerKvTile, seq,
+          p.head_dim, tid);
+      copy_async_commit();
+    }
+
+    // O += P V: 4 keys per step; P as float4 along the keys, V rows as float4 chunks.
+#pragma unroll 2
+    for (int key = 0; key < kRowsPerKvTile; key += 4) {
+      float4 p_frag[kRowsPerThread];
+#pragma unroll
+      for (int i = 0; i < kRowsPerThread; ++i)
+        p_frag[i] = *reinterpret_cast<const float4*>(
+            p_tile + (first_row + Cfg::row_lanes * i) * Layout::p_stride + key);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int c = 0; c < kOutChunks; ++c) {
+          const float4 v_frag = *reinterpret_cast<const float4*>(
+              v_tile + (key + u) * Layout::v_stride + c * 32 + col_lane * 4);
+#pragma unroll
+          for (int i = 0; i < kRowsPerThread; ++i) {
+            const float weight = component(p_frag[i], u);
+            o_acc[i][c * 4 + 0] = fmaf(weight, v_frag.x, o_acc[i][c * 4 + 0]);
+            o_acc[i][c * 4 + 1] = fmaf(weight, v_frag.y, o_acc[i][c * 4 + 1]);
+            o_acc[i][c * 4 + 2] = fmaf(weight, v_frag.z, o_acc[i][c * 4 + 2]);
+            o_acc[i][c * 4 + 3] = fmaf(weight, v_frag.w, o_acc[i][c * 4 + 3]);
+          }
+        }
+      }
+    }
+  }
+
+  // out = O / l: l summed over the 8 lanes of the row (same order on every lane, so all
+  // lanes agree bit for bit). Rows >= seq and columns >= head_dim are never written.
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    float total = row_sum[i];
+#pragma unroll
+    for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
+      total += __shfl_xor_sync(0xffffffffu, total, offset);
+    const int row = q_start + first_row + Cfg::row_lanes * i;
+    if (row < seq) {
+      float* const out_row = out_head + static_cast<int64_t>(row) * p.o_stride_s;
+#pragma unroll
+      for (int c = 0; c < kOutChunks; ++c) {
+        const int col = c * 32 + col_lane * 4;
+        if (col < p.head_dim) {
+          *reinterpret_cast<float4*>(out_row + col) =
+              make_float4(o_acc[i][c * 4 + 0] / total, o_acc[i][c * 4 + 1] / total,
+                          o_acc[i][c * 4 + 2] / total, o_acc[i][c * 4 + 3] / total);
+        }
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side: choosing the instantiation, validating, launching
+// ---------------------------------------------------------------------------------------
+
+using KernelFn = void (*)(FlashParams);
+
+struct KernelChoice {
+  KernelFn kernel;
+  int config;
+  int rows_per_q_tile;
+  int threads;
+  size_t smem_bytes;
+};
+
+template <class Cfg, int HEAD_DIM_PAD>
+KernelChoice make_choice(int config) {
+  return {flash_attention_fp32_kernel<Cfg, HEAD_DIM_PAD>, config, Cfg::rows_per_q_tile,
+          Cfg::threads, SmemLayout<Cfg, HEAD_DIM_PAD>::bytes};
+}
+
+template <class Cfg>
+KernelChoice choice_for_head_dim(int config, int64_t head_dim) {
+  if (head_dim <= 32) return make_choice<Cfg, 32>(config);
+  if (head_dim <= 64) return make_choice<Cfg, 64>(config);
+  return make_choice<Cfg, 128>(config);
+}
+
+KernelChoice choice_for(int config, int64_t head_dim) {
+  switch (config) {
+    case 1: return choice_for_head_dim<Config1>(config, head_dim);
+    case 2: return choice_for_head_dim<Config2>(config, head_dim);
+    default: return choice_for_head_dim<Config0>(config, head_dim);
+  }
+}
+
+// ATTN_FP32_CONFIG, read on every call (a getenv is cheap) so a test can time each config.
+int requested_config() {
+  const char* env = std::getenv("ATTN_FP32_CONFIG");
+  if (env == nullptr || *env == '\0') return kDefaultConfig;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  TORCH_CHECK_VALUE(*end == '\0' && value >= 0 && value < kNumConfigs, "ATTN_FP32_CONFIG=", env,
+                    " is not a tile config of the fp32 kernel; use 0 (128x64), 1 (64x32) or "
+                    "2 (128x32), or unset it for the default (",
+                    kDefaultConfig, ").");
+  return static_cast<int>(value);
+}
+
+int max_smem_optin(int device) {
+  int bytes = 0;
+  const cudaError_t err =
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  TORCH_CHECK(err == cudaSuccess, "cudaDeviceGetAttribute failed: ", cudaGetErrorString(err));
+  return bytes;
+}
+
+// The requested config if its shared memory fits this GPU, else config 1 (the smallest).
+KernelChoice choose_kernel(int64_t head_dim, int device) {
+  const int limit = max_smem_optin(device);
+  KernelChoice choice = choice_for(requested_config(), head_dim);
+  if (choice.smem_bytes > static_cast<size_t>(limit)) choice = choice_for(1, head_dim);
+  TORCH_CHECK(choice.smem_bytes <= static_cast<size_t>(limit), "flash_attention_fp32 needs ",
+              choice.smem_bytes, " bytes of shared memory per block at head_dim ", head_dim,
+              " but this GPU allows ", limit, ".");
+  return choice;
+}
+
+void check_bhsd(const torch::Tensor& t, const char* name) {
+  attn::check_cuda_tensor(t, name);
+  attn::check_dtype(t, name, {torch::kFloat32});
+  attn::check_dim(t, name, 4, "[batch, heads, seq, head_dim]");
+  TORCH_CHECK_VALUE(t.stride(3) == 1, name,
+                    " must have a contiguous last dimension (head_dim stride 1) but its strides "
+                    "are ",
+                    t.strides(), "; call .contiguous() first.");
+}
+
+// cp.async and float4 need every row to start on 16 bytes: an aligned pointer and strides
+// that are multiples of 4 floats (dimensions of size 1 have no meaningful stride).
+bool rows_are_16_byte_aligned(const torch::Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  for (int dim = 0; dim < 3; ++dim) {
+    if (t.size(dim) > 1 && t.stride(dim) % 4 != 0) return false;
+  }
+  return true;
+}
+
+torch::Tensor aligned_or_copy(const torch::Tensor& t) {
+  // A rare view at an odd offset (e.g. a slice x[..., 1:]) gets a fresh, aligned copy.
+  return rows_are_16_byte_aligned(t) ? t : t.clone(at::MemoryFormat::Contiguous);
+}
+
+}  // namespace
+
+// fp32, q/k/v [B, H, S, D] with any strides whose last dimension is contiguous.
+torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
+                                   std::optional<torch::Tensor> out) {
+  check_bhsd(q, "q");
+  check_bhsd(k, "k");
+  check_bhsd(v, "v");
+  attn::check_same(q, "q", k, "k");
+  attn::check_same(q, "q", v, "v");
+  TORCH_CHECK_VALUE(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
+                    "q, k and v must have the same shape [batch, heads, seq, head_dim] "
+                    "(self-attention) but q is ",
+                    q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), ".");
+  attn::check_nonempty(q, "q");
+  const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
+  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim <= 128, "head_dim is ", head_dim,
+                    " but this kernel takes a multiple of 8 up to 128.");
+  TORCH_CHECK_VALUE(batch * heads <= INT32_MAX && seq <= INT32_MAX,
+                    "batch * heads (", batch * heads, ") and seq (", seq,
+                    ") must each fit in 32 bits.");
+  if (out.has_value()) {
+    check_bhsd(*out, "out");
+    attn::check_same(q, "q", *out, "out");
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), "out must have the shape of q ", q.sizes(),
+                      " but has ", out->sizes(), ".");
+  }
+
+  const c10::cuda::CUDAGuard device_guard(q.device());
+  const KernelChoice choice = choose_kernel(head_dim, q.get_device());
+  const int64_t num_q_tiles = (seq + choice.rows_per_q_tile - 1) / choice.rows_per_q_tile;
+  TORCH_CHECK_VALUE(num_q_tiles <= 65535, "seq ", seq, " needs ", num_q_tiles,
+                    " query tiles but a grid holds at most 65535 (gridDim.y); split the sequence.");
+
+  const torch::Tensor qa = aligned_or_copy(q), ka = aligned_or_copy(k), va = aligned_or_copy(v);
+  torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
+  // Write straight into `result` unless it is misaligned; then into a fresh tensor, copied after.
+  torch::Tensor target =
+      rows_are_16_byte_aligned(result) ? result : torch::empty(q.sizes(), q.options());
+
+  // BEGIN SOLUTION
+  // HINT: Fill a FlashParams (data pointers, the batch/head/seq strides of qa, ka, va and
+  // HINT: target, heads, seq, head_dim, scale_log2 = log2(e) / sqrt(head_dim), causal). Allow the
+  // HINT: kernel choice.smem_bytes of dynamic shared memory with cudaFuncSetAttribute(
+  // HINT: choice.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ...), launch it on
+  // HINT: c10::cuda::getCurrentCUDAStream() with grid (batch * heads, num_q_tiles) and
+  // HINT: choice.threads threads, then call attn::check_launch("flash_attention_fp32_kernel").
+  FlashParams params;
+  params.q = qa.data_ptr<float>();
+  params.k = ka.data_ptr<float>();
+  params.v = va.data_ptr<float>();
+  params.out = target.data_ptr<float>();
+  params.q_stride_b = qa.stride(0);
+  params.q_stride_h = qa.stride(1);
+  params.q_stride_s = qa.stride(2);
+  params.k_stride_b = ka.stride(0);
+  params.k_stride_h = ka.stride(1);
+  params.k_stride_s = ka.stride(2);
+  params.v_stride_b = va.stride(0);
+  params.v_stride_h = va.stride(1);
+  params.v_stride_s = va.stride(2);
+  params.o_stride_b = target.stride(0);
+  params.o_stride_h = target.stride(1);
+  params.o_stride_s = target.stride(2);
+  params.heads = static_cast<int>(heads);
+  params.seq = static_cast<int>(seq);
+  params.head_dim = static_cast<int>(head_dim);
+  params.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(head_dim)));
+  params.causal = causal;
+
+  const cudaError_t attr_err = cudaFuncSetAttribute(
+      choice.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(choice.smem_bytes));
+  TORCH_CHECK(attr_err == cudaSuccess, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ",
+              choice.smem_bytes, ") failed: ", cudaGetErrorString(attr_err));
+  // batch * heads on x (up to 2^31 - 1 blocks), query tiles on y (checked <= 65535 above).
+  const dim3 grid(static_cast<unsigned>(batch * heads), static_cast<unsigned>(num_q_tiles));
+  choice.kernel<<<grid, choice.threads, choice.smem_bytes, c10::cuda::getCurrentCUDAStream()>>>(params);
+  attn::check_launch("flash_attention_fp32_kernel");
+  // END SOLUTION
+
+  if (!target.is_same(result)) result.copy_(target);
+  return result;
+}
+
+// fp32, q/k/v [B, S, hidden] (projected, heads interleaved in hidden): the course's entry.
+// It is a view: [B, S, hidden] -> [B, S, H, D] -> [B, H, S, D] (strides, no copy), and the
+// output is written through the same view, so it comes back as [B, S, hidden].
+torch::Tensor custom_flash_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                     int64_t num_heads, bool causal,
+                                     std::optional<torch::Tensor> out) {
+  const char* layout = "[batch, seq, hidden]";
+  auto check_bsh = [&](const torch::Tensor& t, const char* name) {
+    attn::check_cuda_tensor(t, name);
+    attn::check_dtype(t, name, {torch::kFloat32});
+    attn::check_dim(t, name, 3, layout);
+  };
+  check_bsh(q, "q");
+  check_bsh(k, "k");
+  check_bsh(v, "v");
+  TORCH_CHECK_VALUE(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
+                    "q, k and v must have the same shape [batch, seq, hidden] but q is ", q.sizes(),
+                    ", k ", k.sizes(), " and v ", v.sizes(), ".");
+  const int64_t hidden = q.size(2);
+  TORCH_CHECK_VALUE(num_heads > 0 && hidden % num_heads == 0, "num_heads (", num_heads,
+                    ") must be positive and divide hidden (", hidden, ").");
+  if (out.has_value()) {
+    attn::check_cuda_tensor(*out, "out");
+    attn::check_dim(*out, "out", 3, layout);
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), "out must have the shape of q ", q.sizes(),
+                      " but has ", out->sizes(), ".");
+  }
+  const int64_t head_dim = hidden / num_heads;
+  auto heads_view = [&](const torch::Tensor& t) {
+    return t.unflatten(2, {num_heads, head_dim}).transpose(1, 2);
+  };
+  torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
+  flash_attention_fp32(heads_view(q), heads_view(k), heads_view(v), causal, heads_view(result));
+  return result;
+}

@@ -1,0 +1,171 @@
+// Task 4+ (beyond the course): FlashAttention-2 forward on tensor cores, fp16 and bf16.
+//
+// The idea: the course kernel (flash_attention.cu) computes in fp32 on CUDA cores. Real models
+// run attention in fp16/bf16, where the tensor cores do a 16x8x16 matrix product per warp
+// instruction (mma.sync.m16n8k16, fp32 accumulation). This kernel is FlashAttention-2's
+// forward pass built on that instruction, and the parts that make it fast:
+//   * Q, K, V tiles are copied global -> shared with cp.async (no register round trip), and
+//     the copies of the next tile overlap the math on the current one;
+//   * shared -> registers with ldmatrix (one instruction loads a whole 8x8 fragment set);
+//     shared rows are XOR-swizzled so neither the copies nor ldmatrix hit bank conflicts;
+//   * the score accumulator S never leaves registers: its m16n8 fp32 fragment, rounded to
+//     16 bits, is exactly the A operand of the next mma (P V), so P needs no shared memory;
+//   * the online softmax runs on those fragments (a row is spread over 4 lanes: 2 shuffles),
+//     with exp2 and the 1/sqrt(D) scale folded into one FFMA;
+//   * causal: key tiles past the diagonal are never visited, the mask is only applied on
+//     the tiles that cross it, and the heaviest query tiles are launched first.
+//
+// Tile shapes (flash_attention_mma.cuh, ATTN_MMA_CONFIG picks one; default 0):
+//   head_dim 128: 128 query rows x 64 keys, 4 warps of 32 rows (FlashAttention-2's choice).
+//     Registers bound it: a warp's O (32 x 128) and S (32 x 64) fp32 fragments take 192 of
+//     a thread's 255 registers. 32 rows per warp (two m16 tiles) let every K/V fragment
+//     loaded from shared memory feed two mma, which keeps shared-memory bandwidth below the
+//     tensor cores' rate; 2 CTAs (8 warps) fit per SM.
+//   head_dim 64: 128 x 128, 4 warps of 32 rows (again FlashAttention-2's): O is half as
+//     large, so the key tile doubles and halves the per-tile softmax overhead.
+//   head_dim 32 / 96 run on their own instantiations; any other multiple of 8 up to 128 runs
+//   on the next larger one with zero-filled columns that are never written back.
+//
+// Measured: see Results.md (results/h100.json).
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/types.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "attention_checks.cuh"
+#include "flash_attention_mma.cuh"
+
+namespace {
+
+// The tile configuration, read on every call so a benchmark can switch it between calls.
+int tile_config_from_env() {
+  const char* env = std::getenv("ATTN_MMA_CONFIG");
+  if (env == nullptr || env[0] == '\0') return 0;
+  const std::string value(env);
+  TORCH_CHECK_VALUE(value.size() == 1 && value[0] >= '0' && value[0] < '0' + mma_attn::kNumConfigs,
+                    "ATTN_MMA_CONFIG=", value, " is not a tile configuration of the fp16/bf16 "
+                    "kernel; use 0, 1 or 2, or unset it for the default 0.");
+  return value[0] - '0';
+}
+
+// The kernel copies rows with 16-byte cp.async: the last dimension must be contiguous and
+// every row must start on a 16-byte boundary.
+void check_row_layout(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.stride(3) == 1, name, " must have a contiguous last dimension (stride 1) "
+                    "but has strides ", t.strides(), "; call .contiguous() first.");
+  for (int dim = 0; dim < 3; ++dim) {
+    TORCH_CHECK_VALUE(t.size(dim) == 1 || t.stride(dim) % 8 == 0, name, " has strides ",
+                      t.strides(), ": every row must start 16 bytes (8 elements) apart from a "
+                      "16-byte boundary; call .contiguous() first.");
+  }
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name,
+                    " does not start on a 16-byte boundary (a view at an odd offset); call "
+                    ".clone() first.");
+}
+
+}  // namespace
+
+torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
+                                  std::optional<torch::Tensor> out) {
+  // ---- validation: every bad input raises a Python ValueError / TypeError ----
+  attn::check_cuda_tensor(q, "q");
+  attn::check_cuda_tensor(k, "k");
+  attn::check_cuda_tensor(v, "v");
+  attn::check_dtype(q, "q", {torch::kHalf, torch::kBFloat16});
+  attn::check_same(q, "q", k, "k");
+  attn::check_same(q, "q", v, "v");
+  attn::check_dim(q, "q", 4, "[batch, heads, seq, head_dim]");
+  attn::check_dim(k, "k", 4, "[batch, heads, seq, head_dim]");
+  attn::check_dim(v, "v", 4, "[batch, heads, seq, head_dim]");
+  TORCH_CHECK_VALUE(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
+                    "q, k and v must have the same shape [batch, heads, seq, head_dim] "
+                    "(self-attention) but have ", q.sizes(), ", ", k.sizes(), " and ", v.sizes(),
+                    ".");
+  attn::check_nonempty(q, "q");
+  const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
+  TORCH_CHECK_VALUE(head_dim <= 128, "head_dim ", head_dim, " is larger than 128, the widest "
+                    "tile of this kernel; split the heads or use torch's "
+                    "scaled_dot_product_attention.");
+  TORCH_CHECK_VALUE(head_dim % 8 == 0, "head_dim ", head_dim, " is not a multiple of 8: rows "
+                    "are copied in 16-byte pieces; pad head_dim to a multiple of 8.");
+  TORCH_CHECK_VALUE(seq <= INT_MAX / 2 && heads <= INT_MAX, "seq ", seq, " or heads ", heads,
+                    " is too large for this kernel's 32-bit row indices.");
+  check_row_layout(q, "q");
+  check_row_layout(k, "k");
+  check_row_layout(v, "v");
+
+  c10::cuda::CUDAGuard device_guard(q.device());
+  int major = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                        q.device().index()));
+  TORCH_CHECK_VALUE(major >= 8, "flash_attention_mma needs a GPU of compute capability 8.0 or "
+                    "newer (cp.async, bf16 mma.sync); this one is ", major, ".x. Use the fp32 "
+                    "kernel or torch's scaled_dot_product_attention.");
+
+  torch::Tensor o;
+  if (out.has_value()) {
+    o = *out;
+    attn::check_cuda_tensor(o, "out");
+    attn::check_same(q, "q", o, "out");
+    TORCH_CHECK_VALUE(o.sizes() == q.sizes(), "out must have the shape of q ", q.sizes(),
+                      " but has ", o.sizes(), ".");
+    check_row_layout(o, "out");
+    // Other CTAs still read K and V (and Q rows) while a CTA writes its output rows.
+    TORCH_CHECK_VALUE(!o.is_alias_of(q) && !o.is_alias_of(k) && !o.is_alias_of(v),
+                      "out shares memory with q, k or v; pass a separate tensor.");
+  } else {
+    o = torch::empty(q.sizes(), q.options());
+  }
+
+  mma_attn::Params p;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.out = o.data_ptr();
+  p.q_batch_stride = q.stride(0);
+  p.q_head_stride = q.stride(1);
+  p.q_row_stride = q.stride(2);
+  p.k_batch_stride = k.stride(0);
+  p.k_head_stride = k.stride(1);
+  p.k_row_stride = k.stride(2);
+  p.v_batch_stride = v.stride(0);
+  p.v_head_stride = v.stride(1);
+  p.v_row_stride = v.stride(2);
+  p.o_batch_stride = o.stride(0);
+  p.o_head_stride = o.stride(1);
+  p.o_row_stride = o.stride(2);
+  p.batch_heads = batch * heads;
+  p.heads = static_cast<int>(heads);
+  p.seq = static_cast<int>(seq);
+  p.head_dim = static_cast<int>(head_dim);
+  p.causal = causal ? 1 : 0;
+  // exp(x / sqrt(D)) = exp2(x * log2(e) / sqrt(D)); the true D, also when the kernel's tile
+  // is wider (the padding columns are zero and add nothing to q.k).
+  p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(head_dim)));
+
+  const int config = tile_config_from_env();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const bool fp16 = q.scalar_type() == torch::kHalf;
+  const char* error = nullptr;
+  // The smallest instantiated head dim that holds head_dim.
+  if (head_dim <= 32) {
+    error = fp16 ? mma_attn::run_fp16_d32(p, config, stream) : mma_attn::run_bf16_d32(p, config, stream);
+  } else if (head_dim <= 64) {
+    error = fp16 ? mma_attn::run_fp16_d64(p, config, stream) : mma_attn::run_bf16_d64(p, config, stream);
+  } else if (head_dim <= 96) {
+    error = fp16 ? mma_attn::run_fp16_d96(p, config, stream) : mma_attn::run_bf16_d96(p, config, stream);
+  } else {
+    error = fp16 ? mma_attn::run_fp16_d128(p, config, stream)
+                 : mma_attn::run_bf16_d128(p, config, stream);
+  }
+  TORCH_CHECK(error == nullptr, "flash_attention_mma could not launch: ", error ? error : "");
+  attn::check_launch("flash_attention_mma_kernel");
+  return o;
+}

@@ -1,0 +1,27 @@
+// Instantiations of the tensor-core FlashAttention-2 kernel for bf16 (see flash_attention_mma.cu
+// for the idea and flash_attention_mma.cuh for the kernel). One file per element type so the
+// build compiles them in parallel.
+//
+// Measured: see Results.md (results/h100.json).
+
+#include "flash_attention_mma.cuh"
+
+namespace mma_attn {
+
+const char* run_bf16_d32(const Params& p, int, cudaStream_t stream) {
+  return launch_flash_attention_mma<__nv_bfloat16, ConfigD32_0>(p, stream);
+}
+
+const char* run_bf16_d64(const Params& p, int config, cudaStream_t stream) {
+  return run_config<__nv_bfloat16, ConfigD64_0, ConfigD64_1, ConfigD64_2>(p, config, stream);
+}
+
+const char* run_bf16_d96(const Params& p, int, cudaStream_t stream) {
+  return launch_flash_attention_mma<__nv_bfloat16, ConfigD96_0>(p, stream);
+}
+
+const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream) {
+  return run_config<__nv_bfloat16, ConfigD128_0, ConfigD128_1, ConfigD128_2>(p, config, stream);
+}
+
+}  // namespace mma_attn

@@ -1,0 +1,27 @@
+// Instantiations of the tensor-core FlashAttention-2 kernel for fp16 (see flash_attention_mma.cu
+// for the idea and flash_attention_mma.cuh for the kernel). One file per element type so the
+// build compiles them in parallel.
+//
+// Measured: see Results.md (results/h100.json).
+
+#include "flash_attention_mma.cuh"
+
+namespace mma_attn {
+
+const char* run_fp16_d32(const Params& p, int, cudaStream_t stream) {
+  return launch_flash_attention_mma<__half, ConfigD32_0>(p, stream);
+}
+
+const char* run_fp16_d64(const Params& p, int config, cudaStream_t stream) {
+  return run_config<__half, ConfigD64_0, ConfigD64_1, ConfigD64_2>(p, config, stream);
+}
+
+const char* run_fp16_d96(const Params& p, int, cudaStream_t stream) {
+  return launch_flash_attention_mma<__half, ConfigD96_0>(p, stream);
+}
+
+const char* run_fp16_d128(const Params& p, int config, cudaStream_t stream) {
+  return run_config<__half, ConfigD128_0, ConfigD128_1, ConfigD128_2>(p, config, stream);
+}
+
+}  // namespace mma_attn
