@@ -231,6 +231,19 @@ def _section_grading(v: View) -> str:
                       ["student skeleton (release output)", v.num("grade.skeleton.points", "{:.0f}")]]))
 
 
+def _section_sanitizer(v: View) -> str:
+    found = sorted(k for k in v.metrics if k.startswith("sanitizer."))
+    head = "### compute-sanitizer on every kernel (`python -m common.sanitize`)\n\n"
+    if not found:
+        return head + BLANK
+    tasks = sorted({k.split(".")[1] for k in found})
+    tools = sorted({k.split(".")[2] for k in found})
+    rows = [[t] + [v.num(f"sanitizer.{t}.{tool}.errors", "{:.0f}") for tool in tools] for t in tasks]
+    return (head + "Each task's `--small` checks (every kernel, dtype and mask on tiny shapes) "
+            "under each tool; the numbers are the errors it reported.\n\n"
+            + _table(["task"] + tools, rows))
+
+
 def _section_bench(v: View, key: str) -> str:
     plots = sorted(RESULTS_DIR.glob(f"bench_{key}_*.png"))
     csv = RESULTS_DIR / f"bench_{key}.csv"
@@ -268,7 +281,8 @@ def render_markdown(data: dict | None, key: str) -> str:
     course = ((_section_task4, ("task4.speedup",)), (_section_task5, ("task5.speedup",)),
               (_section_task6, ("task6.",)), (_section_task7, ("task7.",)))
     extended = ((_section_kernels, ("task4.fp32", "task4.mma")),
-                (_section_decode, ("task5.decode", "task5.copy")), (_section_grading, ("grade.",)))
+                (_section_decode, ("task5.decode", "task5.copy")),
+                (_section_sanitizer, ("sanitizer.",)), (_section_grading, ("grade.",)))
     for heading, sections in ((None, course), ("## Beyond the course\n", extended)):
         if heading:
             parts.append(heading)

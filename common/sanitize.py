@@ -1,0 +1,95 @@
+"""Run every CUDA task's small checks under compute-sanitizer and keep the evidence.
+
+    python -m common.sanitize                         # tasks 2, 4, 5 x memcheck, racecheck
+    python -m common.sanitize --tasks 4 --tools memcheck,racecheck,synccheck
+
+Each task's `small` group (tiny shapes, every dtype and mask, no timing) runs under each
+tool. memcheck runs with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+so an out-of-bounds access past a tensor's end lands outside any allocation and is caught.
+The tools' summaries go to results/sanitizer_<gpu>.txt and the error counts into
+results/<gpu>.json (sanitizer.taskN.<tool>.errors); exit 1 if any tool found an error or a
+run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, float]:
+    """(error count or None if the run itself failed, the tool's summary, seconds)."""
+    env = dict(os.environ)
+    if tool == "memcheck":
+        env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log.txt"
+        cmd = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=99", f"--log-file={log}",
+               sys.executable, "-m", f"task{task}.test", "--small", "--no-record"]
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, f"timed out after {timeout:.0f} s", time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        text = log.read_text() if log.exists() else ""
+    found = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    tail = "\n".join(text.strip().splitlines()[-15:])
+    test_tail = "\n".join(proc.stdout.strip().splitlines()[-3:])
+    if found is None:
+        return None, f"no sanitizer summary (exit {proc.returncode})\n{tail}\n{proc.stderr[-800:]}", seconds
+    errors = int(found.group(1))
+    if proc.returncode not in (0, 99):  # the test itself failed under the tool
+        return None, f"the test failed (exit {proc.returncode}):\n{test_tail}\n{tail}", seconds
+    return errors, (tail if errors else found.group(0)) + "\n" + test_tail, seconds
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m common.sanitize", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default="2,4,5")
+    parser.add_argument("--tools", default="memcheck,racecheck")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args(argv)
+    if shutil.which("compute-sanitizer") is None:
+        print("[sanitize] compute-sanitizer is not on PATH; it ships with the CUDA toolkit "
+              "(e.g. /usr/local/cuda/bin).")
+        return 1
+    from common.results import RESULTS_DIR, device_key, record, run_meta
+
+    meta = run_meta()
+    lines = [f"compute-sanitizer on {meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, "
+             f"{meta['date']}, commit {meta['commit']}", ""]
+    metrics, ok = {}, True
+    for task in [int(t) for t in args.tasks.split(",")]:
+        for tool in args.tools.split(","):
+            errors, summary, seconds = run_one(task, tool, args.timeout)
+            status = "FAILED TO RUN" if errors is None else f"{errors} errors"
+            print(f"[sanitize] task{task} {tool:<10} {status:<14} ({seconds:.0f} s)", flush=True)
+            lines += [f"## task{task} --small under {tool}: {status} ({seconds:.0f} s)", summary, ""]
+            if errors is None or errors:
+                ok = False
+            if errors is not None:
+                metrics[f"sanitizer.task{task}.{tool}.errors"] = errors
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"sanitizer_{device_key()}.txt"
+    path.write_text("\n".join(lines) + "\n")
+    if metrics and not args.no_record:
+        record(metrics)
+    print(f"[sanitize] summaries in {path}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
