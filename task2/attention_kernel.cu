@@ -256,8 +256,8 @@ void launch_softmax(const torch::Tensor& input, const torch::Tensor& output) {
   const int64_t row_length = input.size(-1);
   const int64_t rows = input.dim() >= 2 ? input.size(-2) : 1;
   const int64_t batch = input.numel() / (rows * row_length);
-  TORCH_CHECK_VALUE(batch * rows <= kMaxGridX, "softmax: ", batch * rows,
-                    " rows are more than one launch can cover (", kMaxGridX, ").");
+  TORCH_CHECK_VALUE(batch * rows <= kMaxGridX, attn::str("softmax: ", batch * rows,
+                    " rows are more than one launch can cover (", kMaxGridX, ")."));
   // The course's grid is (batch, rows); gridDim.y is limited to 65535, so more rows than
   // that are folded into x. The kernel's row = blockIdx.x * gridDim.y + blockIdx.y is the
   // same row either way.
@@ -278,8 +278,8 @@ void launch_gemm(GemmLayout layout, const torch::Tensor& a, const torch::Tensor&
   const int64_t M = a.size(1);
   const int64_t K = a.size(2);
   const int64_t N = c.size(2);
-  TORCH_CHECK_VALUE(attn::ceil_div(M, kTile) <= kMaxGridYZ, "M = ", M,
-                    " rows need more than 65535 tiles of ", kTile, " (gridDim.y's limit).");
+  TORCH_CHECK_VALUE(attn::ceil_div(M, kTile) <= kMaxGridYZ, attn::str("M = ", M,
+                    " rows need more than 65535 tiles of ", kTile, " (gridDim.y's limit)."));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const dim3 block(kTile, kTile);
   // gridDim.z is at most 65535: launch the batch in chunks, each starting at its own
@@ -325,8 +325,8 @@ void check_float_cuda(const torch::Tensor& t, const char* name) {
 }
 
 void check_fits_int(int64_t size, const char* what) {
-  TORCH_CHECK_VALUE(size <= std::numeric_limits<int32_t>::max(), what, " = ", size,
-                    " is too large for this kernel (at most 2^31 - 1).");
+  TORCH_CHECK_VALUE(size <= std::numeric_limits<int32_t>::max(), attn::str(what, " = ", size,
+                    " is too large for this kernel (at most 2^31 - 1)."));
 }
 
 // The caller's `out` after checking it can hold the result, or a new contiguous tensor.
@@ -336,8 +336,8 @@ torch::Tensor output_tensor(const std::optional<torch::Tensor>& out, torch::IntA
   const torch::Tensor& o = *out;
   attn::check_cuda_tensor(o, "out");
   attn::check_same(like, like_name, o, "out");
-  TORCH_CHECK_VALUE(o.sizes().equals(shape), "out has shape ", o.sizes(),
-                    " but the result has shape ", shape, "; pass a tensor of that shape or None.");
+  TORCH_CHECK_VALUE(o.sizes().equals(shape), attn::str("out has shape ", o.sizes(),
+                    " but the result has shape ", shape, "; pass a tensor of that shape or None."));
   attn::check_contiguous(o, "out");
   return o;
 }
@@ -349,10 +349,10 @@ torch::Tensor gemm(GemmLayout layout, const torch::Tensor& a, const torch::Tenso
   check_float_cuda(b, "b");
   attn::check_same(a, "a", b, "b");
   TORCH_CHECK_VALUE(a.dim() == 2 || a.dim() == 3,
-                    "a must have 3 dimensions [batch, M, K] (or 2: [M, K]) but has shape ",
-                    a.sizes(), ".");
-  TORCH_CHECK_VALUE(b.dim() == a.dim(), "b must have as many dimensions as a (", a.dim(),
-                    ") but has shape ", b.sizes(), ".");
+                    attn::str("a must have 3 dimensions [batch, M, K] (or 2: [M, K]) but has shape ",
+                    a.sizes(), "."));
+  TORCH_CHECK_VALUE(b.dim() == a.dim(), attn::str("b must have as many dimensions as a (", a.dim(),
+                    ") but has shape ", b.sizes(), "."));
   const c10::cuda::CUDAGuard guard(a.device());
 
   const bool batched = a.dim() == 3;
@@ -365,12 +365,12 @@ torch::Tensor gemm(GemmLayout layout, const torch::Tensor& a, const torch::Tenso
   const int64_t K = a3.size(2);
   const int64_t b_inner = nn ? b3.size(1) : b3.size(2);
   const int64_t N = nn ? b3.size(2) : b3.size(1);
-  TORCH_CHECK_VALUE(b3.size(0) == batch, "a and b must have the same batch size, but a has ",
-                    batch, " and b has ", b3.size(0), " (no broadcasting).");
-  TORCH_CHECK_VALUE(b_inner == K, "a is [.., M, K] with K = ", K, " but b has shape ", b.sizes(),
-                    nn ? "; gemm_nn needs b = [.., K, N]." : "; gemm_nt needs b = [.., N, K].");
-  TORCH_CHECK_VALUE(a.numel() > 0 && b.numel() > 0, "a (shape ", a.sizes(), ") and b (shape ",
-                    b.sizes(), ") must not be empty: M, N and K must be at least 1.");
+  TORCH_CHECK_VALUE(b3.size(0) == batch, attn::str("a and b must have the same batch size, but a has ",
+                    batch, " and b has ", b3.size(0), " (no broadcasting)."));
+  TORCH_CHECK_VALUE(b_inner == K, attn::str("a is [.., M, K] with K = ", K, " but b has shape ", b.sizes(),
+                    nn ? "; gemm_nn needs b = [.., K, N]." : "; gemm_nt needs b = [.., N, K]."));
+  TORCH_CHECK_VALUE(a.numel() > 0 && b.numel() > 0, attn::str("a (shape ", a.sizes(), ") and b (shape ",
+                    b.sizes(), ") must not be empty: M, N and K must be at least 1."));
   check_fits_int(M, "M");
   check_fits_int(N, "N");
   check_fits_int(K, "K");
@@ -393,11 +393,11 @@ torch::Tensor gemm(GemmLayout layout, const torch::Tensor& a, const torch::Tenso
 torch::Tensor softmax_cuda(torch::Tensor x, int64_t dim, std::optional<torch::Tensor> out) {
   check_float_cuda(x, "x");
   const int64_t rank = x.dim();
-  TORCH_CHECK_VALUE(rank >= 1, "x must have at least one dimension (it is a 0-d scalar).");
-  TORCH_CHECK_VALUE(x.numel() > 0, "x is empty (shape ", x.sizes(),
-                    "); softmax needs at least one element.");
-  TORCH_CHECK_VALUE(dim >= -rank && dim < rank, "dim = ", dim, " is out of range for x of shape ",
-                    x.sizes(), " (valid: ", -rank, " .. ", rank - 1, ").");
+  TORCH_CHECK_VALUE(rank >= 1, attn::str("x must have at least one dimension (it is a 0-d scalar)."));
+  TORCH_CHECK_VALUE(x.numel() > 0, attn::str("x is empty (shape ", x.sizes(),
+                    "); softmax needs at least one element."));
+  TORCH_CHECK_VALUE(dim >= -rank && dim < rank, attn::str("dim = ", dim, " is out of range for x of shape ",
+                    x.sizes(), " (valid: ", -rank, " .. ", rank - 1, ")."));
   const int64_t d = dim < 0 ? dim + rank : dim;
   const c10::cuda::CUDAGuard guard(x.device());
 
@@ -428,9 +428,9 @@ torch::Tensor scale_and_causal_mask_cuda(torch::Tensor scores, double scale, boo
   check_float_cuda(scores, "scores");
   attn::check_dim(scores, "scores", 3, "[batch, S, S]");
   TORCH_CHECK_VALUE(scores.size(1) == scores.size(2),
-                    "scores must be square [batch, S, S] (self-attention) but has shape ",
-                    scores.sizes(), ".");
-  TORCH_CHECK_VALUE(scores.numel() > 0, "scores is empty (shape ", scores.sizes(), ").");
+                    attn::str("scores must be square [batch, S, S] (self-attention) but has shape ",
+                    scores.sizes(), "."));
+  TORCH_CHECK_VALUE(scores.numel() > 0, attn::str("scores is empty (shape ", scores.sizes(), ")."));
   attn::check_contiguous(scores, "scores");  // it is modified in place: no copy can stand in
   const c10::cuda::CUDAGuard guard(scores.device());
   launch_scale_and_causal_mask(scores, static_cast<float>(scale), causal);
@@ -448,11 +448,11 @@ torch::Tensor custom_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
   attn::check_same(q, "q", v, "v");
   attn::check_dim(q, "q", 3, "[B, S, hidden]");
   TORCH_CHECK_VALUE(k.sizes().equals(q.sizes()) && v.sizes().equals(q.sizes()),
-                    "q, k and v must have the same shape [B, S, hidden] (self-attention), but "
-                    "they are ", q.sizes(), ", ", k.sizes(), " and ", v.sizes(), ".");
+                    attn::str("q, k and v must have the same shape [B, S, hidden] (self-attention), but "
+                    "they are ", q.sizes(), ", ", k.sizes(), " and ", v.sizes(), "."));
   attn::check_nonempty(q, "q");
-  TORCH_CHECK_VALUE(num_heads > 0 && q.size(2) % num_heads == 0, "num_heads = ", num_heads,
-                    " must be positive and divide hidden = ", q.size(2), ".");
+  TORCH_CHECK_VALUE(num_heads > 0 && q.size(2) % num_heads == 0, attn::str("num_heads = ", num_heads,
+                    " must be positive and divide hidden = ", q.size(2), "."));
   const c10::cuda::CUDAGuard guard(q.device());
 
   const int64_t batch = q.size(0);

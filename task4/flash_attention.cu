@@ -456,10 +456,10 @@ int requested_config() {
   if (env == nullptr || *env == '\0') return kDefaultConfig;
   char* end = nullptr;
   const long value = std::strtol(env, &end, 10);
-  TORCH_CHECK_VALUE(*end == '\0' && value >= 0 && value < kNumConfigs, "ATTN_FP32_CONFIG=", env,
+  TORCH_CHECK_VALUE(*end == '\0' && value >= 0 && value < kNumConfigs, attn::str("ATTN_FP32_CONFIG=", env,
                     " is not a tile config of the fp32 kernel; use 0 (128x64), 1 (64x32) or "
                     "2 (128x32), or unset it for the default (",
-                    kDefaultConfig, ").");
+                    kDefaultConfig, ")."));
   return static_cast<int>(value);
 }
 
@@ -467,7 +467,7 @@ int max_smem_optin(int device) {
   int bytes = 0;
   const cudaError_t err =
       cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  TORCH_CHECK(err == cudaSuccess, "cudaDeviceGetAttribute failed: ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, attn::str("cudaDeviceGetAttribute failed: ", cudaGetErrorString(err)));
   return bytes;
 }
 
@@ -476,9 +476,9 @@ KernelChoice choose_kernel(int64_t head_dim, int device) {
   const int limit = max_smem_optin(device);
   KernelChoice choice = choice_for(requested_config(), head_dim);
   if (choice.smem_bytes > static_cast<size_t>(limit)) choice = choice_for(1, head_dim);
-  TORCH_CHECK(choice.smem_bytes <= static_cast<size_t>(limit), "flash_attention_fp32 needs ",
+  TORCH_CHECK(choice.smem_bytes <= static_cast<size_t>(limit), attn::str("flash_attention_fp32 needs ",
               choice.smem_bytes, " bytes of shared memory per block at head_dim ", head_dim,
-              " but this GPU allows ", limit, ".");
+              " but this GPU allows ", limit, "."));
   return choice;
 }
 
@@ -486,10 +486,10 @@ void check_bhsd(const torch::Tensor& t, const char* name) {
   attn::check_cuda_tensor(t, name);
   attn::check_dtype(t, name, {torch::kFloat32});
   attn::check_dim(t, name, 4, "[batch, heads, seq, head_dim]");
-  TORCH_CHECK_VALUE(t.stride(3) == 1, name,
+  TORCH_CHECK_VALUE(t.stride(3) == 1, attn::str(name,
                     " must have a contiguous last dimension (head_dim stride 1) but its strides "
                     "are ",
-                    t.strides(), "; call .contiguous() first.");
+                    t.strides(), "; call .contiguous() first."));
 }
 
 // cp.async and float4 need every row to start on 16 bytes: an aligned pointer and strides
@@ -518,28 +518,28 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
   attn::check_same(q, "q", k, "k");
   attn::check_same(q, "q", v, "v");
   TORCH_CHECK_VALUE(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-                    "q, k and v must have the same shape [batch, heads, seq, head_dim] "
+                    attn::str("q, k and v must have the same shape [batch, heads, seq, head_dim] "
                     "(self-attention) but q is ",
-                    q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), ".");
+                    q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), "."));
   attn::check_nonempty(q, "q");
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
-  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim <= 128, "head_dim is ", head_dim,
-                    " but this kernel takes a multiple of 8 up to 128.");
+  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim <= 128, attn::str("head_dim is ", head_dim,
+                    " but this kernel takes a multiple of 8 up to 128."));
   TORCH_CHECK_VALUE(batch * heads <= INT32_MAX && seq <= INT32_MAX,
-                    "batch * heads (", batch * heads, ") and seq (", seq,
-                    ") must each fit in 32 bits.");
+                    attn::str("batch * heads (", batch * heads, ") and seq (", seq,
+                    ") must each fit in 32 bits."));
   if (out.has_value()) {
     check_bhsd(*out, "out");
     attn::check_same(q, "q", *out, "out");
-    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), "out must have the shape of q ", q.sizes(),
-                      " but has ", out->sizes(), ".");
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), attn::str("out must have the shape of q ", q.sizes(),
+                      " but has ", out->sizes(), "."));
   }
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   const KernelChoice choice = choose_kernel(head_dim, q.get_device());
   const int64_t num_q_tiles = (seq + choice.rows_per_q_tile - 1) / choice.rows_per_q_tile;
-  TORCH_CHECK_VALUE(num_q_tiles <= 65535, "seq ", seq, " needs ", num_q_tiles,
-                    " query tiles but a grid holds at most 65535 (gridDim.y); split the sequence.");
+  TORCH_CHECK_VALUE(num_q_tiles <= 65535, attn::str("seq ", seq, " needs ", num_q_tiles,
+                    " query tiles but a grid holds at most 65535 (gridDim.y); split the sequence."));
 
   const torch::Tensor qa = aligned_or_copy(q), ka = aligned_or_copy(k), va = aligned_or_copy(v);
   torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
@@ -579,8 +579,8 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
 
   const cudaError_t attr_err = cudaFuncSetAttribute(
       choice.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(choice.smem_bytes));
-  TORCH_CHECK(attr_err == cudaSuccess, "cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ",
-              choice.smem_bytes, ") failed: ", cudaGetErrorString(attr_err));
+  TORCH_CHECK(attr_err == cudaSuccess, attn::str("cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ",
+              choice.smem_bytes, ") failed: ", cudaGetErrorString(attr_err)));
   // batch * heads on x (up to 2^31 - 1 blocks), query tiles on y (checked <= 65535 above).
   const dim3 grid(static_cast<unsigned>(batch * heads), static_cast<unsigned>(num_q_tiles));
   choice.kernel<<<grid, choice.threads, choice.smem_bytes, c10::cuda::getCurrentCUDAStream()>>>(params);
@@ -607,16 +607,16 @@ torch::Tensor custom_flash_attention(torch::Tensor q, torch::Tensor k, torch::Te
   check_bsh(k, "k");
   check_bsh(v, "v");
   TORCH_CHECK_VALUE(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-                    "q, k and v must have the same shape [batch, seq, hidden] but q is ", q.sizes(),
-                    ", k ", k.sizes(), " and v ", v.sizes(), ".");
+                    attn::str("q, k and v must have the same shape [batch, seq, hidden] but q is ", q.sizes(),
+                    ", k ", k.sizes(), " and v ", v.sizes(), "."));
   const int64_t hidden = q.size(2);
-  TORCH_CHECK_VALUE(num_heads > 0 && hidden % num_heads == 0, "num_heads (", num_heads,
-                    ") must be positive and divide hidden (", hidden, ").");
+  TORCH_CHECK_VALUE(num_heads > 0 && hidden % num_heads == 0, attn::str("num_heads (", num_heads,
+                    ") must be positive and divide hidden (", hidden, ")."));
   if (out.has_value()) {
     attn::check_cuda_tensor(*out, "out");
     attn::check_dim(*out, "out", 3, layout);
-    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), "out must have the shape of q ", q.sizes(),
-                      " but has ", out->sizes(), ".");
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), attn::str("out must have the shape of q ", q.sizes(),
+                      " but has ", out->sizes(), "."));
   }
   const int64_t head_dim = hidden / num_heads;
   auto heads_view = [&](const torch::Tensor& t) {

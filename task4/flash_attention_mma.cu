@@ -50,24 +50,24 @@ int tile_config_from_env() {
   if (env == nullptr || env[0] == '\0') return 0;
   const std::string value(env);
   TORCH_CHECK_VALUE(value.size() == 1 && value[0] >= '0' && value[0] < '0' + mma_attn::kNumConfigs,
-                    "ATTN_MMA_CONFIG=", value, " is not a tile configuration of the fp16/bf16 "
-                    "kernel; use 0, 1 or 2, or unset it for the default 0.");
+                    attn::str("ATTN_MMA_CONFIG=", value, " is not a tile configuration of the fp16/bf16 "
+                    "kernel; use 0, 1 or 2, or unset it for the default 0."));
   return value[0] - '0';
 }
 
 // The kernel copies rows with 16-byte cp.async: the last dimension must be contiguous and
 // every row must start on a 16-byte boundary.
 void check_row_layout(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.stride(3) == 1, name, " must have a contiguous last dimension (stride 1) "
-                    "but has strides ", t.strides(), "; call .contiguous() first.");
+  TORCH_CHECK_VALUE(t.stride(3) == 1, attn::str(name, " must have a contiguous last dimension (stride 1) "
+                    "but has strides ", t.strides(), "; call .contiguous() first."));
   for (int dim = 0; dim < 3; ++dim) {
-    TORCH_CHECK_VALUE(t.size(dim) == 1 || t.stride(dim) % 8 == 0, name, " has strides ",
+    TORCH_CHECK_VALUE(t.size(dim) == 1 || t.stride(dim) % 8 == 0, attn::str(name, " has strides ",
                       t.strides(), ": every row must start 16 bytes (8 elements) apart from a "
-                      "16-byte boundary; call .contiguous() first.");
+                      "16-byte boundary; call .contiguous() first."));
   }
-  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name,
+  TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, attn::str(name,
                     " does not start on a 16-byte boundary (a view at an odd offset); call "
-                    ".clone() first.");
+                    ".clone() first."));
 }
 
 }  // namespace
@@ -85,18 +85,18 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   attn::check_dim(k, "k", 4, "[batch, heads, seq, head_dim]");
   attn::check_dim(v, "v", 4, "[batch, heads, seq, head_dim]");
   TORCH_CHECK_VALUE(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-                    "q, k and v must have the same shape [batch, heads, seq, head_dim] "
+                    attn::str("q, k and v must have the same shape [batch, heads, seq, head_dim] "
                     "(self-attention) but have ", q.sizes(), ", ", k.sizes(), " and ", v.sizes(),
-                    ".");
+                    "."));
   attn::check_nonempty(q, "q");
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
-  TORCH_CHECK_VALUE(head_dim <= 128, "head_dim ", head_dim, " is larger than 128, the widest "
+  TORCH_CHECK_VALUE(head_dim <= 128, attn::str("head_dim ", head_dim, " is larger than 128, the widest "
                     "tile of this kernel; split the heads or use torch's "
-                    "scaled_dot_product_attention.");
-  TORCH_CHECK_VALUE(head_dim % 8 == 0, "head_dim ", head_dim, " is not a multiple of 8: rows "
-                    "are copied in 16-byte pieces; pad head_dim to a multiple of 8.");
-  TORCH_CHECK_VALUE(seq <= INT_MAX / 2 && heads <= INT_MAX, "seq ", seq, " or heads ", heads,
-                    " is too large for this kernel's 32-bit row indices.");
+                    "scaled_dot_product_attention."));
+  TORCH_CHECK_VALUE(head_dim % 8 == 0, attn::str("head_dim ", head_dim, " is not a multiple of 8: rows "
+                    "are copied in 16-byte pieces; pad head_dim to a multiple of 8."));
+  TORCH_CHECK_VALUE(seq <= INT_MAX / 2 && heads <= INT_MAX, attn::str("seq ", seq, " or heads ", heads,
+                    " is too large for this kernel's 32-bit row indices."));
   check_row_layout(q, "q");
   check_row_layout(k, "k");
   check_row_layout(v, "v");
@@ -105,21 +105,21 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   int major = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                                         q.device().index()));
-  TORCH_CHECK_VALUE(major >= 8, "flash_attention_mma needs a GPU of compute capability 8.0 or "
+  TORCH_CHECK_VALUE(major >= 8, attn::str("flash_attention_mma needs a GPU of compute capability 8.0 or "
                     "newer (cp.async, bf16 mma.sync); this one is ", major, ".x. Use the fp32 "
-                    "kernel or torch's scaled_dot_product_attention.");
+                    "kernel or torch's scaled_dot_product_attention."));
 
   torch::Tensor o;
   if (out.has_value()) {
     o = *out;
     attn::check_cuda_tensor(o, "out");
     attn::check_same(q, "q", o, "out");
-    TORCH_CHECK_VALUE(o.sizes() == q.sizes(), "out must have the shape of q ", q.sizes(),
-                      " but has ", o.sizes(), ".");
+    TORCH_CHECK_VALUE(o.sizes() == q.sizes(), attn::str("out must have the shape of q ", q.sizes(),
+                      " but has ", o.sizes(), "."));
     check_row_layout(o, "out");
     // Other CTAs still read K and V (and Q rows) while a CTA writes its output rows.
     TORCH_CHECK_VALUE(!o.is_alias_of(q) && !o.is_alias_of(k) && !o.is_alias_of(v),
-                      "out shares memory with q, k or v; pass a separate tensor.");
+                      attn::str("out shares memory with q, k or v; pass a separate tensor."));
   } else {
     o = torch::empty(q.sizes(), q.options());
   }
@@ -165,7 +165,7 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
     error = fp16 ? mma_attn::run_fp16_d128(p, config, stream)
                  : mma_attn::run_bf16_d128(p, config, stream);
   }
-  TORCH_CHECK(error == nullptr, "flash_attention_mma could not launch: ", error ? error : "");
+  TORCH_CHECK(error == nullptr, attn::str("flash_attention_mma could not launch: ", error ? error : ""));
   attn::check_launch("flash_attention_mma_kernel");
   return o;
 }

@@ -581,9 +581,9 @@ void check_float_dtype(const torch::Tensor& t, const char* name) {
 }
 
 void check_last_dim_contiguous(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.size(-1) == 1 || t.stride(-1) == 1, name,
+  TORCH_CHECK_VALUE(t.size(-1) == 1 || t.stride(-1) == 1, attn::str(name,
                     " must have a contiguous last dimension (stride 1) but its strides are ",
-                    t.strides(), "; call .contiguous() first.");
+                    t.strides(), "; call .contiguous() first."));
 }
 
 // A position or length: a host int (checked by the caller) or a CUDA int32 tensor, 0-d or
@@ -593,15 +593,15 @@ RuntimeInt runtime_int(int64_t value, const std::optional<torch::Tensor>& tensor
   if (!tensor.has_value()) return RuntimeInt{nullptr, 0, value};
   const torch::Tensor& t = *tensor;
   attn::check_cuda_tensor(t, name);
-  TORCH_CHECK_TYPE(t.scalar_type() == torch::kInt32, name,
+  TORCH_CHECK_TYPE(t.scalar_type() == torch::kInt32, attn::str(name,
                    " must be an int32 tensor but has dtype ", t.scalar_type(),
-                   "; create it with dtype=torch.int32.");
-  TORCH_CHECK_VALUE(t.device() == device, name, " is on ", t.device(),
-                    " but the attention inputs are on ", device, "; put them on the same GPU.");
+                   "; create it with dtype=torch.int32."));
+  TORCH_CHECK_VALUE(t.device() == device, attn::str(name, " is on ", t.device(),
+                    " but the attention inputs are on ", device, "; put them on the same GPU."));
   const bool one_value = t.dim() == 0 || (t.dim() == 1 && t.size(0) == 1);
-  TORCH_CHECK_VALUE(one_value || (t.dim() == 1 && t.size(0) == batch), name,
+  TORCH_CHECK_VALUE(one_value || (t.dim() == 1 && t.size(0) == batch), attn::str(name,
                     " must be a 0-d tensor or have shape [", batch,
-                    "] (one value per sequence) but has shape ", t.sizes(), ".");
+                    "] (one value per sequence) but has shape ", t.sizes(), "."));
   return RuntimeInt{t.data_ptr<int32_t>(), one_value ? 0 : t.stride(0), 0};
 }
 
@@ -626,26 +626,26 @@ void update_kv_cache(torch::Tensor k_cache, torch::Tensor v_cache, torch::Tensor
   attn::check_dim(v_cache, "v_cache", 3, "[batch, max_seq_len, hidden]");
   attn::check_dim(k, "k", 3, "[batch, new_tokens, hidden]");
   attn::check_dim(v, "v", 3, "[batch, new_tokens, hidden]");
-  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(), "k_cache ", k_cache.sizes(),
-                    " and v_cache ", v_cache.sizes(), " must have the same shape.");
-  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k ", k.sizes(), " and v ", v.sizes(),
-                    " must have the same shape.");
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(), attn::str("k_cache ", k_cache.sizes(),
+                    " and v_cache ", v_cache.sizes(), " must have the same shape."));
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), attn::str("k ", k.sizes(), " and v ", v.sizes(),
+                    " must have the same shape."));
   attn::check_nonempty(k_cache, "k_cache");
   attn::check_nonempty(k, "k");
   const int64_t batch = k_cache.size(0), max_seq_len = k_cache.size(1), hidden = k_cache.size(2);
   const int64_t new_tokens = k.size(1);
-  TORCH_CHECK_VALUE(k.size(0) == batch && k.size(2) == hidden, "k/v have shape ", k.sizes(),
+  TORCH_CHECK_VALUE(k.size(0) == batch && k.size(2) == hidden, attn::str("k/v have shape ", k.sizes(),
                     " but the caches are ", k_cache.sizes(), "; k/v must be [", batch,
-                    ", new_tokens, ", hidden, "] (same batch and hidden as the cache).");
+                    ", new_tokens, ", hidden, "] (same batch and hidden as the cache)."));
   for (const auto& [t, name] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"},
                                 std::pair{&k, "k"}, std::pair{&v, "v"}}) {
     check_last_dim_contiguous(*t, name);
   }
   if (!current_pos_tensor.has_value()) {
-    TORCH_CHECK_VALUE(current_pos >= 0, "current_pos must be >= 0 but is ", current_pos, ".");
-    TORCH_CHECK_VALUE(current_pos + new_tokens <= max_seq_len, "current_pos ", current_pos, " + ",
+    TORCH_CHECK_VALUE(current_pos >= 0, attn::str("current_pos must be >= 0 but is ", current_pos, "."));
+    TORCH_CHECK_VALUE(current_pos + new_tokens <= max_seq_len, attn::str("current_pos ", current_pos, " + ",
                       new_tokens, " new token(s) overflows the cache: max_seq_len is ", max_seq_len,
-                      "; allocate a longer cache or stop generating.");
+                      "; allocate a longer cache or stop generating."));
   }
   const RuntimeInt position =
       runtime_int(current_pos, current_pos_tensor, "current_pos", batch, k_cache.device());
@@ -718,40 +718,40 @@ torch::Tensor decode_attention_bhsd(torch::Tensor q, torch::Tensor k, torch::Ten
   attn::check_dim(q, "q", 4, "[batch, heads, 1, head_dim]");
   attn::check_dim(k, "k", 4, "[batch, heads, max_seq_len, head_dim]");
   attn::check_dim(v, "v", 4, "[batch, heads, max_seq_len, head_dim]");
-  TORCH_CHECK_VALUE(q.size(2) == 1, "decode attends one new query per sequence: q must be [batch, "
+  TORCH_CHECK_VALUE(q.size(2) == 1, attn::str("decode attends one new query per sequence: q must be [batch, "
                     "heads, 1, head_dim] but has shape ", q.sizes(),
-                    "; run a prompt through prefill (task 4's flash_attention) instead.");
-  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), "k ", k.sizes(), " and v ", v.sizes(),
-                    " must have the same shape.");
+                    "; run a prompt through prefill (task 4's flash_attention) instead."));
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes(), attn::str("k ", k.sizes(), " and v ", v.sizes(),
+                    " must have the same shape."));
   TORCH_CHECK_VALUE(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
-                    "q ", q.sizes(), " does not match the cache ", k.sizes(),
-                    ": batch, heads and head_dim must agree.");
+                    attn::str("q ", q.sizes(), " does not match the cache ", k.sizes(),
+                    ": batch, heads and head_dim must agree."));
   attn::check_nonempty(q, "q");
   attn::check_nonempty(k, "k");
-  TORCH_CHECK_VALUE(q.size(3) <= MAX_HEAD_DIM, "head_dim ", q.size(3), " exceeds ", MAX_HEAD_DIM,
+  TORCH_CHECK_VALUE(q.size(3) <= MAX_HEAD_DIM, attn::str("head_dim ", q.size(3), " exceeds ", MAX_HEAD_DIM,
                     ", the largest this kernel supports (its registers and shared memory are "
-                    "sized for it).");
+                    "sized for it)."));
   check_last_dim_contiguous(q, "q");
   check_last_dim_contiguous(k, "k");
   check_last_dim_contiguous(v, "v");
   const int64_t batch = q.size(0), max_seq_len = k.size(2);
   TORCH_CHECK_VALUE(batch * q.size(1) <= std::numeric_limits<int32_t>::max() &&
                     max_seq_len <= std::numeric_limits<int32_t>::max(),
-                    "batch * heads and max_seq_len must each fit in int32.");
+                    attn::str("batch * heads and max_seq_len must each fit in int32."));
   if (!seq_len_tensor.has_value()) {
-    TORCH_CHECK_VALUE(seq_len >= 1, "seq_len must be at least 1 (the new token itself) but is ",
-                      seq_len, ".");
-    TORCH_CHECK_VALUE(seq_len <= max_seq_len, "seq_len ", seq_len,
-                      " is beyond the cache: max_seq_len is ", max_seq_len, ".");
+    TORCH_CHECK_VALUE(seq_len >= 1, attn::str("seq_len must be at least 1 (the new token itself) but is ",
+                      seq_len, "."));
+    TORCH_CHECK_VALUE(seq_len <= max_seq_len, attn::str("seq_len ", seq_len,
+                      " is beyond the cache: max_seq_len is ", max_seq_len, "."));
   }
-  TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= MAX_SPLITS, "num_splits must be in [1, ",
-                    MAX_SPLITS, "] but is ", num_splits, ".");
+  TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= MAX_SPLITS, attn::str("num_splits must be in [1, ",
+                    MAX_SPLITS, "] but is ", num_splits, "."));
   const RuntimeInt length = runtime_int(seq_len, seq_len_tensor, "seq_len", batch, q.device());
   if (out.has_value()) {
     attn::check_cuda_tensor(*out, "out");
     attn::check_same(q, "q", *out, "out");
-    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), "out has shape ", out->sizes(), " but must be ",
-                      q.sizes(), " like q.");
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), attn::str("out has shape ", out->sizes(), " but must be ",
+                      q.sizes(), " like q."));
     check_last_dim_contiguous(*out, "out");
   }
   c10::cuda::CUDAGuard guard(q.device());
@@ -785,13 +785,13 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
   attn::check_dim(q, "q", 3, "[batch, 1, hidden]");
   attn::check_dim(k_cache, "k_cache", 3, "[batch, max_seq_len, hidden]");
   attn::check_dim(v_cache, "v_cache", 3, "[batch, max_seq_len, hidden]");
-  TORCH_CHECK_VALUE(q.size(1) == 1, "decode takes one new token per sequence: q must be [batch, 1, "
-                    "hidden] but has shape ", q.sizes(), "; run a prompt through prefill instead.");
+  TORCH_CHECK_VALUE(q.size(1) == 1, attn::str("decode takes one new token per sequence: q must be [batch, 1, "
+                    "hidden] but has shape ", q.sizes(), "; run a prompt through prefill instead."));
   const int64_t hidden = q.size(2);
-  TORCH_CHECK_VALUE(num_heads >= 1 && hidden % num_heads == 0, "hidden ", hidden,
-                    " is not divisible by num_heads ", num_heads, ".");
-  TORCH_CHECK_VALUE(k_cache.size(2) == hidden && v_cache.size(2) == hidden, "q has hidden ", hidden,
-                    " but the caches are ", k_cache.sizes(), " and ", v_cache.sizes(), ".");
+  TORCH_CHECK_VALUE(num_heads >= 1 && hidden % num_heads == 0, attn::str("hidden ", hidden,
+                    " is not divisible by num_heads ", num_heads, "."));
+  TORCH_CHECK_VALUE(k_cache.size(2) == hidden && v_cache.size(2) == hidden, attn::str("q has hidden ", hidden,
+                    " but the caches are ", k_cache.sizes(), " and ", v_cache.sizes(), "."));
   check_last_dim_contiguous(q, "q");
   check_last_dim_contiguous(k_cache, "k_cache");
   check_last_dim_contiguous(v_cache, "v_cache");
@@ -805,8 +805,8 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
   if (out.has_value()) {
     attn::check_cuda_tensor(*out, "out");
     attn::check_same(q, "q", *out, "out");
-    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), "out has shape ", out->sizes(), " but must be ",
-                      q.sizes(), " like q.");
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), attn::str("out has shape ", out->sizes(), " but must be ",
+                      q.sizes(), " like q."));
     check_last_dim_contiguous(*out, "out");
     result = *out;
   } else {

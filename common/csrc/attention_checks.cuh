@@ -9,15 +9,57 @@
 #include <cuda_runtime.h>
 #include <torch/types.h>
 
+#include <cstdio>
 #include <string>
+#include <type_traits>
 
 namespace attn {
 
+// Error messages are assembled by attn::str, never by streaming numbers into std::ostream:
+// on our H100 image (torch 2.11+cu130, Python 3.12) an integer or a shape streamed by
+// c10::str inside an extension crashed the process (segfault) while the exception was being
+// built; strings and devices streamed fine. Every TORCH_CHECK_* message in this repository
+// is therefore a single attn::str(...) string: it formats integers with std::to_string and
+// shapes by hand, which works everywhere.
+namespace detail {
+inline void append(std::string& s, const char* v) { s += v; }
+inline void append(std::string& s, const std::string& v) { s += v; }
+inline void append(std::string& s, char v) { s += v; }
+inline void append(std::string& s, bool v) { s += v ? "true" : "false"; }
+template <typename T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+inline void append(std::string& s, T v) {
+  s += std::to_string(v);
+}
+inline void append(std::string& s, double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", v);
+  s += buffer;
+}
+inline void append(std::string& s, c10::IntArrayRef shape) {
+  s += '[';
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  s += ']';
+}
+inline void append(std::string& s, const c10::Device& device) { s += device.str(); }
+inline void append(std::string& s, c10::ScalarType dtype) { s += c10::toString(dtype); }
+}  // namespace detail
+
+// Concatenate strings, integers, floats, shapes (t.sizes()), devices and dtypes.
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::string s;
+  (detail::append(s, args), ...);
+  return s;
+}
+
 // A CUDA tensor on the current device, of one of the listed dtypes.
 inline void check_cuda_tensor(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.defined(), name, " is undefined (None); pass a tensor.");
-  TORCH_CHECK_VALUE(t.is_cuda(), name, " must be a CUDA tensor but is on ", t.device(),
-                    "; move it with .cuda().");
+  TORCH_CHECK_VALUE(t.defined(), attn::str(name, " is undefined (None); pass a tensor."));
+  TORCH_CHECK_VALUE(t.is_cuda(), attn::str(name, " must be a CUDA tensor but is on ", t.device(),
+                    "; move it with .cuda()."));
 }
 
 inline void check_dtype(const torch::Tensor& t, const char* name,
@@ -30,38 +72,38 @@ inline void check_dtype(const torch::Tensor& t, const char* name,
     if (!names.empty()) names += ", ";
     names += c10::toString(dtype);
   }
-  TORCH_CHECK_TYPE(false, name, " has dtype ", t.scalar_type(), " but this kernel takes ", names,
-                   "; convert it with .to(...).");
+  TORCH_CHECK_TYPE(false, attn::str(name, " has dtype ", t.scalar_type(), " but this kernel takes ", names,
+                   "; convert it with .to(...)."));
 }
 
 inline void check_dim(const torch::Tensor& t, const char* name, int64_t dims, const char* layout) {
-  TORCH_CHECK_VALUE(t.dim() == dims, name, " must have ", dims, " dimensions ", layout,
-                    " but has shape ", t.sizes(), ".");
+  TORCH_CHECK_VALUE(t.dim() == dims, attn::str(name, " must have ", dims, " dimensions ", layout,
+                    " but has shape ", t.sizes(), "."));
 }
 
 inline void check_contiguous(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.is_contiguous(), name,
-                    " must be contiguous (it is a strided view); call .contiguous() first.");
+  TORCH_CHECK_VALUE(t.is_contiguous(), attn::str(name,
+                    " must be contiguous (it is a strided view); call .contiguous() first."));
 }
 
 inline void check_same(const torch::Tensor& a, const char* a_name, const torch::Tensor& b,
                        const char* b_name) {
-  TORCH_CHECK_VALUE(a.device() == b.device(), a_name, " is on ", a.device(), " but ", b_name,
-                    " is on ", b.device(), "; put them on the same GPU.");
-  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), a_name, " has dtype ", a.scalar_type(),
-                   " but ", b_name, " has ", b.scalar_type(), "; use one dtype.");
+  TORCH_CHECK_VALUE(a.device() == b.device(), attn::str(a_name, " is on ", a.device(), " but ", b_name,
+                    " is on ", b.device(), "; put them on the same GPU."));
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), attn::str(a_name, " has dtype ", a.scalar_type(),
+                   " but ", b_name, " has ", b.scalar_type(), "; use one dtype."));
 }
 
 inline void check_nonempty(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.numel() > 0, name, " is empty (shape ", t.sizes(),
-                    "); attention needs at least one token.");
+  TORCH_CHECK_VALUE(t.numel() > 0, attn::str(name, " is empty (shape ", t.sizes(),
+                    "); attention needs at least one token."));
 }
 
 // Call right after every kernel launch: a bad launch configuration raises at once, with the
 // kernel's name, instead of surfacing later as an unrelated error.
 inline void check_launch(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
-  TORCH_CHECK(err == cudaSuccess, kernel, " failed to launch: ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, attn::str(kernel, " failed to launch: ", cudaGetErrorString(err)));
 }
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
