@@ -103,15 +103,22 @@ def random_qkv(batch: int, heads: int, seq: int, head_dim: int, *, dtype=torch.f
 
 @dataclass
 class Check:
-    """One named correctness or performance check and its outcome."""
+    """One named check and its outcome.
+
+    target=True marks a performance target (e.g. ">= 0.9x SDPA flash"): a miss prints MISS
+    and makes the run exit 1, but the figures of a run whose correctness checks all passed
+    are still recorded, and the grader gives points for correctness only.
+    """
 
     name: str
     passed: bool
     detail: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
+    target: bool = False
 
     def line(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}  {self.detail}".rstrip()
+        status = "PASS" if self.passed else ("MISS" if self.target else "FAIL")
+        return f"{status}  {self.name}  {self.detail}".rstrip()
 
 
 def check_relative(name: str, out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype,
@@ -159,8 +166,13 @@ def report(title: str, checks: list[Check]) -> int:
         print("  FAIL  no checks ran")
         return 1
     print(f"  {len(checks) - len(failed)}/{len(checks)} passed" + ("" if not failed else
-          "; failed: " + ", ".join(c.name for c in failed)))
+          "; failed or missed: " + ", ".join(c.name for c in failed)))
     return 1 if failed else 0
+
+
+def correctness_passed(checks: list[Check]) -> bool:
+    """Every check passed, except perhaps performance targets."""
+    return bool(checks) and all(c.passed or c.target for c in checks)
 
 
 def assert_checks(checks: list[Check]) -> None:

@@ -454,7 +454,7 @@ def benchmark_rows(dtypes=None, configs=None, seed=None, device="cuda"):
                             f"ours {ours:.1f} TFLOP/s, flash {row['flash_tflops']:.1f} "
                             f"(ratio {ratio:.2f}x)"
                             + (f", cuDNN {row['cudnn_tflops']:.1f} ({cudnn:.2f}x)"
-                               if cudnn is not None else "")))
+                               if cudnn is not None else ""), target=True))
             del q, k, v
             torch.cuda.empty_cache()
     return checks, metrics, rows

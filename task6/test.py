@@ -519,7 +519,8 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
         checks.append(Check(
             f"{name} acceptance: TBT <= {ACCEPT_TBT_OVER_ROOFLINE} x weight-read time",
             m["tbt_over_roofline"] <= ACCEPT_TBT_OVER_ROOFLINE,
-            f"{m['tbt_ms']:.3f} ms / {weight_read_ms:.3f} ms = {m['tbt_over_roofline']:.2f}x"))
+            f"{m['tbt_ms']:.3f} ms / {weight_read_ms:.3f} ms = {m['tbt_over_roofline']:.2f}x",
+            target=True))
     del model
     free_gpu_memory()
     return checks, metrics
