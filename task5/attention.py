@@ -164,6 +164,33 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                 num_splits, out)
 
 
+DECODE_LINEAR_MAX_ROWS = 8
+
+
+def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                  residual: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T (+ bias) (+ residual) for the few token rows of a decode step.
+
+    A decode step is bound by reading the weights once; decode_linear.cu streams them at
+    memory speed where cuBLAS, at 4 rows, does not (see its header). It takes x [..., K] with at
+    most DECODE_LINEAR_MAX_ROWS rows in all, contiguous, K * element size a multiple of 16
+    bytes; anything else (a prefill, a CPU tensor, an odd K) goes to torch's F.linear, so the
+    result never depends on which path ran beyond fp32 rounding. Not part of the course's
+    tasks: the task 6 and task 7 models call it in their decode steps.
+    """
+    rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+    usable = (x.is_cuda and 1 <= rows <= DECODE_LINEAR_MAX_ROWS and x.is_contiguous()
+              and weight.is_contiguous() and x.dtype == weight.dtype
+              and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
+              and (x.shape[-1] * x.element_size()) % 16 == 0
+              and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
+              and (residual is None or residual.is_contiguous()))
+    if not usable:
+        out = torch.nn.functional.linear(x, weight, bias)
+        return out if residual is None else out + residual
+    return _ext().decode_linear(x, weight, bias, residual)
+
+
 class CustomFlashAttention(nn.Module):
     """Multi-head self-attention with a KV cache: task 4's kernel for the prompt, the decode
     kernel for each new token.

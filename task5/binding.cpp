@@ -22,6 +22,10 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
                                std::optional<torch::Tensor> seq_len_tensor, bool causal,
                                int64_t num_splits, std::optional<torch::Tensor> out);
 
+// y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x (decode_linear.cu).
+torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
+                            std::optional<torch::Tensor> residual);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 5: KV cache update and decode (split-KV FlashDecoding) kernels";
   m.def("update_kv_cache", &update_kv_cache,
@@ -38,4 +42,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("num_heads"),
         py::arg("seq_len") = 0, py::arg("seq_len_tensor") = py::none(), py::arg("causal") = false,
         py::arg("num_splits") = 1, py::arg("out") = py::none());
+  m.def("decode_linear", &decode_linear,
+        "y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x, streaming the weight",
+        py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
+        py::arg("residual") = py::none());
 }

@@ -8,7 +8,7 @@ from functools import lru_cache
 from common.build import compile_main, load_extension
 
 NAME = "custom_flash_attention_decode"
-SOURCES = ["task5/binding.cpp", "task5/decode.cu"]
+SOURCES = ["task5/binding.cpp", "task5/decode.cu", "task5/decode_linear.cu"]
 
 
 @lru_cache(maxsize=1)

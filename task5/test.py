@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
+from functools import partial
 
 import torch
 
@@ -48,6 +49,7 @@ from common.mha import (
 from common.timing import measure_copy_bandwidth, time_cuda
 from task5.attention import (
     CustomFlashAttention,
+    _ext,
     allocate_kv_cache,
     choose_num_splits,
     decode_attention,
@@ -315,6 +317,62 @@ def _decode_checks(device, gen, contexts, head_dims, splits=SPLITS) -> list[Chec
     return checks
 
 
+# ---- decode_linear (the decode step's matrix products; used by tasks 6 and 7) ---------------
+
+# (rows, K, N, bias, residual): 1..8 rows, K across several shared-memory chunks and a partial
+# one, N not a multiple of the 16 rows of a block.
+LINEAR_CASES = ((1, 64, 5, True, False), (4, 1000, 37, True, True), (3, 4096, 300, False, True),
+                (8, 16392, 70, True, True), (4, 4096, 4099, False, False))
+SMALL_LINEAR_CASES = ((1, 64, 5, True, False), (4, 1000, 37, True, True))
+
+
+def _linear_checks(device, gen, cases) -> list[Check]:
+    checks = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for rows, k, n, with_bias, with_residual in cases:
+            name = (f"decode_linear {str(dtype).split('.')[-1]} rows={rows} K={k} N={n}"
+                    + (" +bias" if with_bias else "") + (" +residual" if with_residual else ""))
+            x = torch.randn(rows, 1, k, device=device, generator=gen).to(dtype)
+            w = (torch.randn(n, k, device=device, generator=gen) / math.sqrt(k)).to(dtype)
+            b = torch.randn(n, device=device, generator=gen).to(dtype) if with_bias else None
+            r = torch.randn(rows, 1, n, device=device, generator=gen).to(dtype) if with_residual else None
+            truth = x.double() @ w.double().T
+            truth = truth + (b.double() if b is not None else 0) + (r.double() if r is not None else 0)
+            ext = _ext()
+            got, failed = _attempt(name, partial(ext.decode_linear, x, w, b, r))
+            if failed:
+                checks.append(failed)
+                continue
+            again = ext.decode_linear(x, w, b, r)
+            checks.append(check_relative(name, got, truth, dtype))
+            checks.append(Check(f"{name} repeatable", _same_bits(got, again),
+                                "" if _same_bits(got, again) else "two runs differ: a race"))
+    return checks
+
+
+def _linear_timing(device) -> tuple[list[Check], dict]:
+    """decode_linear vs cuBLAS (F.linear) on a decode step's largest product, GB/s of weights."""
+    import torch.nn.functional as F
+
+    checks, metrics = [], {}
+    rows, k, n = 4, 4096, 32768          # task 6's gate/up projection at batch 4
+    for dtype, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        sets = [(torch.randn(rows, k, device=device).to(dtype),
+                 torch.randn(n, k, device=device).to(dtype)) for _ in range(2)]
+        weight_bytes = n * k * sets[0][1].element_size()
+        ours = time_cuda(lambda x, w: _ext().decode_linear(x, w), inputs=sets, warmup=3, repeats=20)
+        cublas = time_cuda(F.linear, inputs=sets, warmup=3, repeats=20)
+        ours_gbps = weight_bytes / (ours.median_ms * 1e-3) / 1e9
+        cublas_gbps = weight_bytes / (cublas.median_ms * 1e-3) / 1e9
+        key = f"task5.decode_linear.{tag}.m{rows}_k{k}_n{n}"
+        metrics.update({f"{key}.gbps": ours_gbps, f"{key}.cublas_gbps": cublas_gbps,
+                        f"{key}.ms": ours.median_ms, f"{key}.cublas_ms": cublas.median_ms})
+        checks.append(Check(f"decode_linear {tag} [{rows} x {k}] @ [{n} x {k}]^T timing", True,
+                            f"ours {ours.median_ms * 1e3:.0f} us = {ours_gbps:.0f} GB/s of weights, "
+                            f"cuBLAS {cublas.median_ms * 1e3:.0f} us = {cublas_gbps:.0f} GB/s"))
+    return checks, metrics
+
+
 def kernels_group(args=None):
     device, failed = _need_cuda("kernels", args)
     if failed:
@@ -323,6 +381,7 @@ def kernels_group(args=None):
     print(f"[task5] kernels: inputs seed {seed} (pass --seed {seed} to reproduce)")
     checks = _update_checks(device, gen)
     checks += _decode_checks(device, gen, KERNEL_CONTEXTS, KERNEL_HEAD_DIMS)
+    checks += _linear_checks(device, gen, LINEAR_CASES)
     return checks, {}
 
 
@@ -337,6 +396,7 @@ def small_group(args=None):
     print(f"[task5] small: inputs seed {seed}")
     checks = _update_checks(device, gen)
     checks += _decode_checks(device, gen, SMALL_CONTEXTS, SMALL_HEAD_DIMS)
+    checks += _linear_checks(device, gen, SMALL_LINEAR_CASES)
     return checks, {}
 
 
@@ -598,7 +658,8 @@ def decode_group(args=None):
         checks += found
         metrics.update(figures)
         torch.cuda.empty_cache()
-    return checks, metrics
+    found, figures = _linear_timing(device)
+    return checks + found, {**metrics, **figures}
 
 
 def _decode_shape(batch, heads, ctx, head_dim, *, copy_gbps, num_sms, gen, device):

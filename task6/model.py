@@ -49,6 +49,7 @@ KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # one (k_cache, v_cache) per
 
 
 @functools.cache
+@functools.cache
 def kernels() -> SimpleNamespace:
     """Task 4's and task 5's entry points, imported on first use (so this file imports on a
     machine without CUDA; the import builds or loads the extensions)."""
@@ -57,7 +58,8 @@ def kernels() -> SimpleNamespace:
     return SimpleNamespace(flash_attention=task4.flash_attention,
                            allocate_kv_cache=task5.allocate_kv_cache,
                            update_kv_cache=task5.update_kv_cache,
-                           decode_attention=task5.decode_attention)
+                           decode_attention=task5.decode_attention,
+                           decode_linear=task5.decode_linear)
 
 
 @dataclass
@@ -72,6 +74,17 @@ class StepInfo:
     sin: torch.Tensor
 
 
+def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
+           residual: torch.Tensor | None = None) -> torch.Tensor:
+    """layer(x) (+ residual). A decode step on our kernels reads every weight once for 4 token
+    rows, so it is bound by memory; there task 5's decode_linear streams the weight at the
+    bandwidth (cuBLAS does not at 4 rows) and adds the bias and the residual in the same pass."""
+    if step.backend == "custom" and step.decode:
+        return kernels().decode_linear(x, layer.weight, layer.bias, residual)
+    out = layer(x)
+    return out if residual is None else out + residual
+
+
 class Attention(nn.Module):
     def __init__(self, hidden_dim: int, num_heads: int):
         super().__init__()
@@ -84,17 +97,18 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(hidden_dim, hidden_dim)
 
     def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                step: StepInfo) -> torch.Tensor:
+                step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
+        """residual + o_proj(attention(x))."""
         batch, seq, _ = x.shape
         heads = self.num_heads
-        qkv = self.qkv_proj(x).view(batch, seq, 3 * heads, self.head_dim)
+        qkv = linear(self.qkv_proj, x, step).view(batch, seq, 3 * heads, self.head_dim)
         # RoPE on the q and k heads together (one rotation, 3 kernels, for both); k is rotated
         # before it is cached. q, k, v are views [B, S, heads, head_dim] whose rows are 2 or 3
         # hidden apart: every kernel below takes strides, as long as the last dim is contiguous.
         qk = apply_rope(qkv[:, :, :2 * heads], step.cos, step.sin)
         q, k, v = qk[:, :, :heads], qk[:, :, heads:], qkv[:, :, 2 * heads:]
         attend = self.attend_custom if step.backend == "custom" else self.attend_torch
-        return self.o_proj(attend(q, k, v, k_cache, v_cache, step))
+        return linear(self.o_proj, attend(q, k, v, k_cache, v_cache, step), step, residual)
 
     def attend_custom(self, q, k, v, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
         """Write k, v into the cache and attend, on task 4's and task 5's kernels.
@@ -173,9 +187,10 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_dim, 2 * self.width, bias=False)
         self.down_proj = nn.Linear(self.width, hidden_dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+    def forward(self, x: torch.Tensor, step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
+        """residual + down(silu(gate(x)) * up(x))."""
+        gate, up = linear(self.gate_up_proj, x, step).chunk(2, dim=-1)
+        return linear(self.down_proj, F.silu(gate) * up, step, residual)
 
 
 class DecoderLayer(nn.Module):
@@ -187,8 +202,8 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(hidden_dim)
 
     def forward(self, x, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), k_cache, v_cache, step)
-        return x + self.mlp(self.ln2(x))
+        x = self.attn(self.ln1(x), k_cache, v_cache, step, residual=x)    # x + attn(ln1(x))
+        return self.mlp(self.ln2(x), step, residual=x)                   # x + mlp(ln2(x))
 
 
 class customModel(nn.Module):
@@ -340,7 +355,7 @@ class customModel(nn.Module):
         x = self.ln_f(x)
         if last_logits_only:
             x = x[:, -1:]
-        return self.lm_head(x), kv_cache
+        return linear(self.lm_head, x, step), kv_cache
 
     # --- input checks: a clear Python error instead of a kernel fault --------------------------
 

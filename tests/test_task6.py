@@ -291,6 +291,12 @@ class FakeKernels:
         o = F.scaled_dot_product_attention(heads(q), heads(k_cache[:, :n]), heads(v_cache[:, :n]))
         return o.transpose(1, 2).reshape(batch, 1, hidden)
 
+    def decode_linear(self, x, weight, bias=None, residual=None):
+        # Only in decode steps (a few rows); not logged, so `calls` lists the attention only.
+        assert x.numel() // x.shape[-1] <= 8 and x.shape[-1] == weight.shape[1]
+        out = F.linear(x, weight, bias)
+        return out if residual is None else out + residual
+
 
 @pytest.fixture
 def fake_kernels(monkeypatch):

@@ -1,0 +1,307 @@
+// Decode-time linear layers: y = x @ W^T (+ bias) (+ residual) for a few rows of x.
+//
+// Not part of the graded course: the task 6 and task 7 models use it in their decode steps.
+//
+// The idea. A decode step multiplies a handful of token vectors (batch 4: M = 4 rows) by every
+// weight matrix of the model. Each weight element is used M times per load, so the step is
+// bound by reading the weights once, and the whole game is to stream W at the memory
+// bandwidth. cuBLAS does not, at M = 4: in task 6's profile its fp32 kernel (gemmSN_TN)
+// streamed weights at about 2.3 TB/s and its bf16 kernels at about 2.6 TB/s, against a copy
+// bandwidth of about 3.0 TB/s (read + write). This kernel:
+//   * gives each warp kRowsPerWarp rows of W (output features); its 32 lanes walk along K
+//     with 16-byte loads (4 fp32 or 8 fp16/bf16), several rows and steps unrolled so that
+//     16 loads per lane are in flight; W is read once, with loads that skip L1 (.nc);
+//   * stages x (all M rows, converted to fp32) in shared memory, one chunk of K at a time,
+//     so every W element meets its M inputs from shared memory;
+//   * accumulates in fp32, reduces each (row, m) over the warp with shuffles, and adds the
+//     bias and the residual in the epilogue (one kernel instead of a GEMM and two adds).
+// Tile shape: 4 warps x 4 rows = 16 output features per block: N = 4096 gives 256 blocks, two
+// per SM, all resident at once; a chunk of K is 32 lanes x 8 steps x 16 bytes.
+//
+// Measured: see Results.md (results/h100.json), task6 TBT.
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "attention_checks.cuh"
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kStepsPerChunk = 8;   // 16-byte steps of a lane per chunk of K
+constexpr int kMaxRows = 8;         // rows of x (M) this kernel takes
+
+// 16 bytes of T, converted to fp32.
+template <typename T>
+struct Pack {
+  static constexpr int kElems = 16 / sizeof(T);
+  uint4 raw;
+  __device__ __forceinline__ void to_float(float (&f)[kElems]) const;
+};
+template <>
+__device__ __forceinline__ void Pack<float>::to_float(float (&f)[4]) const {
+  f[0] = __uint_as_float(raw.x);
+  f[1] = __uint_as_float(raw.y);
+  f[2] = __uint_as_float(raw.z);
+  f[3] = __uint_as_float(raw.w);
+}
+template <>
+__device__ __forceinline__ void Pack<__half>::to_float(float (&f)[8]) const {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+    f[2 * i] = pair.x;
+    f[2 * i + 1] = pair.y;
+  }
+}
+template <>
+__device__ __forceinline__ void Pack<__nv_bfloat16>::to_float(float (&f)[8]) const {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 pair = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+    f[2 * i] = pair.x;
+    f[2 * i + 1] = pair.y;
+  }
+}
+
+// A weight load: read once, so do not keep it in L1.
+__device__ __forceinline__ uint4 load_streaming(const void* ptr) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(ptr));
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v) {
+  return static_cast<float>(v);
+}
+template <>
+__device__ __forceinline__ float to_float(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T>
+__device__ __forceinline__ T from_float(float v) {
+  return static_cast<T>(v);
+}
+template <>
+__device__ __forceinline__ __half from_float(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// x [M, K], w [N, K], bias [N] or null, residual [M, N] or null, out [M, N]; all contiguous,
+// rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
+template <typename T, int M>
+__global__ void __launch_bounds__(kThreads)
+decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                     const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
+  constexpr int kVec = Pack<T>::kElems;
+  constexpr int kChunk = 32 * kVec * kStepsPerChunk;  // elements of K per shared-memory stage
+  extern __shared__ float4 smem_raw[];
+  float* xs = reinterpret_cast<float*>(smem_raw);  // [M][kChunk] in fp32
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int row0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+
+  // Rows past N (the last block) read row N - 1 instead, so every load is in bounds and the
+  // loop has no branch; their results are simply not written.
+  const T* w_rows[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    w_rows[r] = w + static_cast<int64_t>(min(row0 + r, N - 1)) * K;
+  }
+
+  float acc[kRowsPerWarp][M];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
+  }
+
+  for (int k0 = 0; k0 < K; k0 += kChunk) {
+    const int len = min(kChunk, K - k0);  // a multiple of kVec
+    __syncthreads();                      // every warp is done with the previous chunk
+    for (int i = threadIdx.x * kVec; i < M * kChunk; i += kThreads * kVec) {
+      const int m = i / kChunk, k = i % kChunk;
+      if (k < len) {
+        Pack<T> p;
+        p.raw = *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + k0 + k);
+        float f[kVec];
+        p.to_float(f);
+#pragma unroll
+        for (int e = 0; e < kVec; e += 4) {
+          *reinterpret_cast<float4*>(xs + m * kChunk + k + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+        }
+      }
+    }
+    __syncthreads();  // the chunk of x is in shared memory
+
+    // Lane `lane` takes elements lane*kVec, lane*kVec + 32*kVec, ... of the chunk.
+#pragma unroll 4
+    for (int k = lane * kVec; k < len; k += 32 * kVec) {
+      Pack<T> wp[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k0 + k);
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        float wf[kVec];
+        wp[r].to_float(wf);
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          const float* xm = xs + m * kChunk + k;
+#pragma unroll
+          for (int e = 0; e < kVec; e += 4) {
+            const float4 xv = *reinterpret_cast<const float4*>(xm + e);
+            acc[r][m] += wf[e] * xv.x + wf[e + 1] * xv.y + wf[e + 2] * xv.z + wf[e + 3] * xv.w;
+          }
+        }
+      }
+    }
+  }
+
+  // Sum each (row, m) over the 32 lanes; lane 0 writes.
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      acc[r][m] = v;
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int row = row0 + r;
+      if (row >= N) continue;
+      const float b = bias != nullptr ? to_float(bias[row]) : 0.0f;
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const int64_t at = static_cast<int64_t>(m) * N + row;
+        const float res = residual != nullptr ? to_float(residual[at]) : 0.0f;
+        out[at] = from_float<T>(acc[r][m] + b + res);
+      }
+    }
+  }
+}
+
+template <typename T, int M>
+void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
+                 const torch::Tensor& out, int N, int K, cudaStream_t stream) {
+  constexpr int kChunk = 32 * Pack<T>::kElems * kStepsPerChunk;
+  const size_t smem = static_cast<size_t>(M) * kChunk * sizeof(float);
+  auto kernel = decode_linear_kernel<T, M>;
+  if (smem > 48 * 1024) {
+    static bool raised = false;  // once per instantiation; the size is a constant
+    if (!raised) {
+      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(smem));
+      TORCH_CHECK(err == cudaSuccess, attn::str("decode_linear: cannot use ", smem,
+                                                " bytes of shared memory: ", cudaGetErrorString(err)));
+      raised = true;
+    }
+  }
+  const int blocks = attn::ceil_div(N, kRowsPerBlock);
+  kernel<<<blocks, kThreads, smem, stream>>>(
+      reinterpret_cast<const T*>(x.data_ptr()), reinterpret_cast<const T*>(w.data_ptr()), bias,
+      residual, reinterpret_cast<T*>(out.data_ptr()), N, K);
+  attn::check_launch("decode_linear_kernel");
+}
+
+template <typename T>
+void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
+            const std::optional<torch::Tensor>& residual, const torch::Tensor& out, int rows, int N,
+            int K) {
+  const T* b = bias.has_value() ? reinterpret_cast<const T*>(bias->data_ptr()) : nullptr;
+  const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  switch (rows) {
+    case 1: launch_rows<T, 1>(x, w, b, res, out, N, K, stream); break;
+    case 2: launch_rows<T, 2>(x, w, b, res, out, N, K, stream); break;
+    case 3: launch_rows<T, 3>(x, w, b, res, out, N, K, stream); break;
+    case 4: launch_rows<T, 4>(x, w, b, res, out, N, K, stream); break;
+    case 5: launch_rows<T, 5>(x, w, b, res, out, N, K, stream); break;
+    case 6: launch_rows<T, 6>(x, w, b, res, out, N, K, stream); break;
+    case 7: launch_rows<T, 7>(x, w, b, res, out, N, K, stream); break;
+    default: launch_rows<T, 8>(x, w, b, res, out, N, K, stream); break;
+  }
+}
+
+bool aligned16(const torch::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+}  // namespace
+
+// x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
+// residual [..., N] like the output. Returns [..., N] in x's dtype.
+torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
+                            std::optional<torch::Tensor> residual) {
+  attn::check_cuda_tensor(x, "x");
+  attn::check_dtype(x, "x", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
+  attn::check_same(weight, "weight", x, "x");
+  attn::check_dim(weight, "weight", 2, "[out_features, in_features]");
+  attn::check_contiguous(x, "x");
+  attn::check_contiguous(weight, "weight");
+  attn::check_nonempty(x, "x");
+  TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension.");
+  const int64_t K = x.size(-1);
+  const int64_t N = weight.size(0);
+  const int64_t rows = x.numel() / K;
+  TORCH_CHECK_VALUE(weight.size(1) == K, attn::str("weight is ", weight.sizes(), " but x has ", K,
+                                                   " features in its last dimension."));
+  TORCH_CHECK_VALUE(rows >= 1 && rows <= kMaxRows,
+                    attn::str("decode_linear takes 1 to ", kMaxRows, " rows of x (a decode step); x has ",
+                              rows, ": use torch.nn.functional.linear."));
+  TORCH_CHECK_VALUE((K * x.element_size()) % 16 == 0 && aligned16(x) && aligned16(weight),
+                    attn::str("decode_linear reads 16-byte pieces: in_features (", K,
+                              ") times the element size must be a multiple of 16 and x and weight "
+                              "must start 16-byte aligned."));
+  TORCH_CHECK_VALUE(N <= INT32_MAX && K <= INT32_MAX, "decode_linear: the weight is too large.");
+  if (bias.has_value()) {
+    attn::check_same(*bias, "bias", x, "x");
+    attn::check_contiguous(*bias, "bias");
+    TORCH_CHECK_VALUE(bias->numel() == N, attn::str("bias has ", bias->numel(), " elements; expected ", N, "."));
+  }
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = N;
+  if (residual.has_value()) {
+    attn::check_same(*residual, "residual", x, "x");
+    attn::check_contiguous(*residual, "residual");
+    TORCH_CHECK_VALUE(residual->sizes().vec() == out_shape,
+                      attn::str("residual is ", residual->sizes(), " but the output is ",
+                                c10::IntArrayRef(out_shape), "."));
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  torch::Tensor out = torch::empty(out_shape, x.options());
+  const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
+  switch (x.scalar_type()) {
+    case torch::kFloat32: launch<float>(x, weight, bias, residual, out, m, n, k); break;
+    case torch::kFloat16: launch<__half>(x, weight, bias, residual, out, m, n, k); break;
+    default: launch<__nv_bfloat16>(x, weight, bias, residual, out, m, n, k); break;
+  }
+  return out;
+}
