@@ -42,11 +42,14 @@ def device_key() -> str:
 def run_meta() -> dict:
     import torch
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                                capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
+    # ATTN_COMMIT names the commit where the checkout has no .git (a copied working tree).
+    commit = os.environ.get("ATTN_COMMIT", "")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                                    capture_output=True, text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
     meta = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
@@ -97,6 +100,30 @@ def record(metrics: dict[str, float] | None = None, texts: dict[str, str] | None
     return path
 
 
+def merge(sources: list[Path], path: Path) -> Path:
+    """Fold results files measured elsewhere (e.g. copied back from a GPU machine) into `path`,
+    keeping each figure's own run (device, torch, date, commit); later files win."""
+    data = load(path)
+    for source in sources:
+        other = load(source)
+        for name in list(other["metrics"]) + list(other["texts"]):
+            meta = other["runs"][other["metric_run"][name]]
+            if meta not in data["runs"]:
+                data["runs"].append(meta)
+            data["metric_run"][name] = data["runs"].index(meta)
+            if name in other["metrics"]:
+                data["metrics"][name] = other["metrics"][name]
+            else:
+                data["texts"][name] = other["texts"][name]
+        data["meta"] = max([data["meta"], other["meta"]], key=lambda m: m.get("date", ""))
+    used = sorted(set(data["metric_run"].values()))   # drop runs no figure points at any more
+    data["runs"] = [data["runs"][i] for i in used]
+    data["metric_run"] = {k: used.index(i) for k, i in data["metric_run"].items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return path
+
+
 # --- rendering ---------------------------------------------------------------------------
 
 BLANK = "_not measured yet_"
@@ -128,7 +155,7 @@ class View:
             r = runs[i]
             parts.append(f"{r.get('device')}, torch {r.get('torch')}, CUDA {r.get('cuda')}, "
                          f"{r.get('date')}, commit {r.get('commit')}")
-        return "_Measured on " + "; ".join(dict.fromkeys(parts)) + "._"
+        return "\n_Measured on " + "; ".join(dict.fromkeys(parts)) + "._"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -323,7 +350,15 @@ def main(argv=None) -> int:
     parser.add_argument("--source", type=Path, help="results JSON to render (default: h100 or newest)")
     parser.add_argument("--out", type=Path, default=RESULTS_MD)
     parser.add_argument("--blank", action="store_true", help="render the blank student template")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                        help="first fold these results files (e.g. copied from a GPU machine) "
+                             "into --source (default results/<their gpu>.json)")
     args = parser.parse_args(argv)
+    if args.merge:
+        target = args.source or RESULTS_DIR / f"{args.merge[0].stem.split('_')[0]}.json"
+        merge(args.merge, target)
+        print(f"[results] merged {len(args.merge)} file(s) into {target}")
+        args.source = target
     path = render(args.out, args.source, args.blank)
     print(f"[results] wrote {path}")
     return 0

@@ -43,7 +43,10 @@ def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, floa
             return None, f"timed out after {timeout:.0f} s", time.perf_counter() - start
         seconds = time.perf_counter() - start
         text = log.read_text() if log.exists() else ""
-    found = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    # memcheck/synccheck/initcheck end with "ERROR SUMMARY: N errors"; racecheck with
+    # "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)".
+    found = (re.search(r"ERROR SUMMARY: (\d+) error", text)
+             or re.search(r"RACECHECK SUMMARY: .*?\((\d+) error", text))
     tail = "\n".join(text.strip().splitlines()[-15:])
     test_tail = "\n".join(proc.stdout.strip().splitlines()[-3:])
     if found is None:
