@@ -9,14 +9,18 @@
 // streamed weights at about 2.3 TB/s and its bf16 kernels at about 2.6 TB/s, against a copy
 // bandwidth of about 3.0 TB/s (read + write). This kernel:
 //   * gives each warp kRowsPerWarp rows of W (output features); its 32 lanes walk along K
-//     with 16-byte loads (4 fp32 or 8 fp16/bf16), several rows and steps unrolled so that
-//     16 loads per lane are in flight; W is read once, with loads that skip L1 (.nc);
-//   * stages x (all M rows, converted to fp32) in shared memory, one chunk of K at a time,
-//     so every W element meets its M inputs from shared memory;
+//     with 16-byte loads (4 fp32 or 8 fp16/bf16), a warp reading 512 contiguous bytes of a
+//     row per step, 4 steps unrolled so that many loads are in flight; W is read once, with
+//     loads that do not allocate in L1 (.nc, L1::no_allocate);
+//   * reads the matching 16 bytes of each of the M rows of x with ordinary loads: x is tiny
+//     and every warp reads all of it, so it stays in L1 while W streams past;
 //   * accumulates in fp32, reduces each (row, m) over the warp with shuffles, and adds the
 //     bias and the residual in the epilogue (one kernel instead of a GEMM and two adds).
+// No shared memory and no barrier: a first version staged x in shared memory chunk by chunk,
+// and its barriers stalled the weight stream (fp32 2.4 TB/s, bf16 2.0 TB/s on [4 x 4096] @
+// [32768 x 4096]^T on the H100, below cuBLAS in bf16).
 // Tile shape: 4 warps x 4 rows = 16 output features per block: N = 4096 gives 256 blocks, two
-// per SM, all resident at once; a chunk of K is 32 lanes x 8 steps x 16 bytes.
+// per SM, all resident at once.
 //
 // Measured: see Results.md (results/h100.json), task6 TBT.
 
@@ -38,7 +42,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kStepsPerChunk = 8;   // 16-byte steps of a lane per chunk of K
 constexpr int kMaxRows = 8;         // rows of x (M) this kernel takes
 
 // 16 bytes of T, converted to fp32.
@@ -117,10 +120,6 @@ __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
   constexpr int kVec = Pack<T>::kElems;
-  constexpr int kChunk = 32 * kVec * kStepsPerChunk;  // elements of K per shared-memory stage
-  extern __shared__ float4 smem_raw[];
-  float* xs = reinterpret_cast<float*>(smem_raw);  // [M][kChunk] in fp32
-
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
@@ -140,43 +139,30 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   }
 
-  for (int k0 = 0; k0 < K; k0 += kChunk) {
-    const int len = min(kChunk, K - k0);  // a multiple of kVec
-    __syncthreads();                      // every warp is done with the previous chunk
-    for (int i = threadIdx.x * kVec; i < M * kChunk; i += kThreads * kVec) {
-      const int m = i / kChunk, k = i % kChunk;
-      if (k < len) {
-        Pack<T> p;
-        p.raw = *reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + k0 + k);
-        float f[kVec];
-        p.to_float(f);
-#pragma unroll
-        for (int e = 0; e < kVec; e += 4) {
-          *reinterpret_cast<float4*>(xs + m * kChunk + k + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
-        }
-      }
-    }
-    __syncthreads();  // the chunk of x is in shared memory
-
-    // Lane `lane` takes elements lane*kVec, lane*kVec + 32*kVec, ... of the chunk.
+  // Lane `lane` takes elements lane*kVec, lane*kVec + 32*kVec, ... of every row: a warp reads
+  // 512 contiguous bytes of a row per step. Per step a lane loads kRowsPerWarp pieces of W
+  // (from memory, once) and M pieces of x (the same for every warp: L1 serves them), and the
+  // unrolling keeps several steps of loads in flight. No shared memory, no barrier.
 #pragma unroll 4
-    for (int k = lane * kVec; k < len; k += 32 * kVec) {
-      Pack<T> wp[kRowsPerWarp];
+  for (int k = lane * kVec; k < K; k += 32 * kVec) {
+    Pack<T> wp[kRowsPerWarp];
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k0 + k);
+    for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
+    Pack<T> xp[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      xp[m].raw = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + k));
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float xf[kVec];
+      xp[m].to_float(xf);
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         float wf[kVec];
         wp[r].to_float(wf);
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
-          const float* xm = xs + m * kChunk + k;
-#pragma unroll
-          for (int e = 0; e < kVec; e += 4) {
-            const float4 xv = *reinterpret_cast<const float4*>(xm + e);
-            acc[r][m] += wf[e] * xv.x + wf[e + 1] * xv.y + wf[e + 2] * xv.z + wf[e + 3] * xv.w;
-          }
-        }
+        for (int e = 0; e < kVec; ++e) acc[r][m] = fmaf(wf[e], xf[e], acc[r][m]);
       }
     }
   }
@@ -211,21 +197,8 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 template <typename T, int M>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, cudaStream_t stream) {
-  constexpr int kChunk = 32 * Pack<T>::kElems * kStepsPerChunk;
-  const size_t smem = static_cast<size_t>(M) * kChunk * sizeof(float);
-  auto kernel = decode_linear_kernel<T, M>;
-  if (smem > 48 * 1024) {
-    static bool raised = false;  // once per instantiation; the size is a constant
-    if (!raised) {
-      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(smem));
-      TORCH_CHECK(err == cudaSuccess, attn::str("decode_linear: cannot use ", smem,
-                                                " bytes of shared memory: ", cudaGetErrorString(err)));
-      raised = true;
-    }
-  }
   const int blocks = attn::ceil_div(N, kRowsPerBlock);
-  kernel<<<blocks, kThreads, smem, stream>>>(
+  decode_linear_kernel<T, M><<<blocks, kThreads, 0, stream>>>(
       reinterpret_cast<const T*>(x.data_ptr()), reinterpret_cast<const T*>(w.data_ptr()), bias,
       residual, reinterpret_cast<T*>(out.data_ptr()), N, K);
   attn::check_launch("decode_linear_kernel");

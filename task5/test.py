@@ -20,6 +20,7 @@ or past the attended length hold NaN too, so a kernel that reads one fails.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 from functools import partial
@@ -355,8 +356,9 @@ def _linear_timing(device) -> tuple[list[Check], dict]:
     import torch.nn.functional as F
 
     checks, metrics = [], {}
-    rows, k, n = 4, 4096, 32768          # task 6's gate/up projection at batch 4
-    for dtype, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+    # task 6's gate/up and down projections at batch 4
+    for (rows, k, n), (dtype, tag) in itertools.product(
+            ((4, 4096, 32768), (4, 16384, 4096)), ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))):
         sets = [(torch.randn(rows, k, device=device).to(dtype),
                  torch.randn(n, k, device=device).to(dtype)) for _ in range(2)]
         weight_bytes = n * k * sets[0][1].element_size()
