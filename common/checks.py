@@ -176,7 +176,8 @@ def correctness_passed(checks: list[Check]) -> bool:
 
 
 def assert_checks(checks: list[Check]) -> None:
-    """For pytest: fail with every failing line, not only the first."""
+    """For pytest: fail with every failing correctness line, not only the first. Performance
+    targets (target=True) are reported by the task CLIs, not asserted: timings vary by GPU."""
     assert checks, "no checks ran"
-    failed = [c.line() for c in checks if not c.passed]
+    failed = [c.line() for c in checks if not c.passed and not c.target]
     assert not failed, "\n".join(failed)

@@ -150,6 +150,10 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   // is wider (the padding columns are zero and add nothing to q.k).
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(head_dim)));
 
+  // BEGIN SOLUTION
+  // HINT: Optional extension (beyond the graded course): fill in the kernel in
+  // HINT: flash_attention_mma.cuh, then dispatch here to the instantiation whose head dim holds
+  // HINT: head_dim (32, 64, 96 or 128) for q's dtype, and check the launch.
   const int config = tile_config_from_env();
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const bool fp16 = q.scalar_type() == torch::kHalf;
@@ -167,5 +171,6 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   }
   TORCH_CHECK(error == nullptr, attn::str("flash_attention_mma could not launch: ", error ? error : ""));
   attn::check_launch("flash_attention_mma_kernel");
+  // END SOLUTION
   return o;
 }
