@@ -102,12 +102,17 @@ def record(metrics: dict[str, float] | None = None, texts: dict[str, str] | None
 
 def merge(sources: list[Path], path: Path) -> Path:
     """Fold results files measured elsewhere (e.g. copied back from a GPU machine) into `path`,
-    keeping each figure's own run (device, torch, date, commit); later files win."""
+    keeping each figure's own run (device, torch, date, commit); where both hold a figure,
+    the one measured later wins."""
     data = load(path)
     for source in sources:
         other = load(source)
         for name in list(other["metrics"]) + list(other["texts"]):
             meta = other["runs"][other["metric_run"][name]]
+            if name in data["metric_run"]:
+                mine = data["runs"][data["metric_run"][name]]
+                if mine.get("date", "") > meta.get("date", ""):
+                    continue
             if meta not in data["runs"]:
                 data["runs"].append(meta)
             data["metric_run"][name] = data["runs"].index(meta)
@@ -144,10 +149,10 @@ class View:
     def has(self, prefix: str) -> bool:
         return any(k.startswith(prefix) for k in list(self.metrics) + list(self.texts))
 
-    def source(self, prefix: str) -> str:
+    def source(self, *prefixes: str) -> str:
         """'measured on <device>, torch X, <date>, commit Y' for the runs behind a section."""
         runs = self.data["runs"]
-        idx = sorted({i for k, i in self.data["metric_run"].items() if k.startswith(prefix)})
+        idx = sorted({i for k, i in self.data["metric_run"].items() if k.startswith(prefixes)})
         if not idx:
             return ""
         parts = []
@@ -315,7 +320,7 @@ def render_markdown(data: dict | None, key: str) -> str:
             parts.append(heading)
         for section, prefixes in sections:
             parts.append(section(v))
-            parts.extend(v.source(p) for p in prefixes if v.source(p))
+            parts.append(v.source(*prefixes))
             parts.append("")
     parts.append(_section_bench(v, key) + "\n")
     parts.append("## Every recorded metric\n\n" + _section_all(v) + "\n")

@@ -40,7 +40,11 @@
 // head_dim is a template too: padded up to 32, 64 or 128, with the padding columns
 // zero-filled on load (so dot products are unchanged) and never written out.
 //
-// Measured: see Results.md (results/h100.json).
+// Measured on the H100 80GB HBM3, torch 2.11 + CUDA 13.0 (results/h100.json, commit e831033; Results.md):
+//   (B,H,S,D) = (64,32,4096,128): 37.6 TFLOP/s non-causal, 36.6 causal;
+//   SDPA's EFFICIENT backend (fp32) in the same run: 48.0 and 46.6,
+//   so 0.78x and 0.78x. The tile configs, timed in one earlier run at that
+//   shape (non-causal): config 0 37.9, config 1 34.6, config 2 36.5 TFLOP/s: 0 is the default.
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -2,7 +2,7 @@
 // for the idea and flash_attention_mma.cuh for the kernel). One file per element type so the
 // build compiles them in parallel.
 //
-// Measured: see Results.md (results/h100.json).
+// Measured: see flash_attention_mma.cu and Results.md (results/h100.json).
 
 #include "flash_attention_mma.cuh"
 

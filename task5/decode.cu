@@ -32,7 +32,10 @@
 // captured step replays correctly as they are incremented; every kernel clamps them on the
 // device so that no value can make it read or write out of bounds.
 //
-// Measured: see Results.md (results/h100.json).
+// Measured on the H100 80GB HBM3, torch 2.11 + CUDA 13.0 (results/h100.json, commit e831033; Results.md), fp16:
+//   B 1, H 32, D 128, ctx 32768: 2860 GB/s of K+V = 0.95 of the copy bandwidth (3000 GB/s);
+//   B 16, ctx 2048: 2995 GB/s, 1.03x the best SDPA backend; B 1, ctx 4096: 1867 GB/s (0.92x SDPA; short contexts are where
+//   the split heuristic has been tuned least).
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -91,3 +91,18 @@ def test_build_without_cuda_is_one_clear_sentence():
         load_extension("nothing", ["task1/attention.py"])
     message = str(info.value)
     assert "\n" not in message and ("CPU-only" in message or "No CUDA GPU" in message)
+
+
+def test_merge_keeps_the_newer_figure_and_its_run(tmp_path):
+    def results_file(name, date, metrics):
+        path = tmp_path / name
+        path.write_text(json.dumps({"meta": {"date": date}, "metrics": metrics, "texts": {},
+                                    "runs": [{"date": date}], "metric_run": {k: 0 for k in metrics}}))
+        return path
+
+    newer = results_file("newer.json", "2026-11-22 07:00 UTC", {"a": 2.0})
+    older = results_file("older.json", "2026-11-22 06:00 UTC", {"a": 1.0, "b": 3.0})
+    merged = json.loads(results.merge([newer, older], tmp_path / "h100.json").read_text())
+    assert merged["metrics"] == {"a": 2.0, "b": 3.0}
+    assert merged["runs"][merged["metric_run"]["a"]]["date"] == "2026-11-22 07:00 UTC"
+    assert merged["runs"][merged["metric_run"]["b"]]["date"] == "2026-11-22 06:00 UTC"
