@@ -42,6 +42,7 @@ DECODE_BATCHES = [1, 8, 32]
 MATH_MAX_SCORE_BYTES = 8 * 2**30        # SDPA MATH materialises B*H*S*S scores (twice)
 TASK2_MAX_SEQ = 4096                    # naive: S x S in memory and slow beyond this
 TASK2_MAX_SCORE_BYTES = 5 * 2**30       # ... and its S x S fp32 scores must fit
+SEQ_AXIS = "sequence length S (B*S = 16k, hidden 2048)"
 
 
 @dataclass
@@ -205,6 +206,27 @@ def _style(impl: str) -> dict:
             "markersize": 4}
 
 
+def _finish(ax, title: str, xlabel: str, ylabel: str, log_y: bool = False) -> None:
+    ax.set_xscale("log", base=2)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _save(fig, title: str, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def plot(points: list[Point], copy_gbps: float, key: str, meta: str) -> list[Path]:
     import matplotlib
 
@@ -225,17 +247,10 @@ def plot(points: list[Point], copy_gbps: float, key: str, meta: str) -> list[Pat
                 ys = [p.tflops for p in cell if p.impl == impl and not math.isnan(p.tflops)]
                 if xs:
                     ax.plot(xs, ys, label=impl, **_style(impl))
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"{dtype}, head_dim {d}, {'causal' if causal else 'non-causal'}")
-            ax.set_xlabel("sequence length S (B*S = 16k, hidden 2048)")
-            ax.set_ylabel("TFLOP/s")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.suptitle(f"Attention forward throughput: {meta}")
-    fig.tight_layout()
-    paths.append(RESULTS_DIR / f"bench_{key}_prefill.png")
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
+            _finish(ax, f"{dtype}, head_dim {d}, {'causal' if causal else 'non-causal'}",
+                    SEQ_AXIS, "TFLOP/s")
+    paths.append(_save(fig, f"Attention forward throughput: {meta}",
+                       RESULTS_DIR / f"bench_{key}_prefill.png"))
 
     decode = [p for p in points if p.kind == "decode"]
     if decode:
@@ -248,17 +263,9 @@ def plot(points: list[Point], copy_gbps: float, key: str, meta: str) -> list[Pat
                 if pts:
                     ax.plot([p.seq for p in pts], [p.gbps for p in pts], label=impl, **_style(impl))
             ax.axhline(copy_gbps, color="black", linewidth=1, label=f"copy bandwidth {copy_gbps:.0f} GB/s")
-            ax.set_xscale("log", base=2)
-            ax.set_title(f"decode, fp16, batch {b}, 32 heads, head_dim 128")
-            ax.set_xlabel("context length (cached tokens)")
-            ax.set_ylabel("KV read bandwidth (GB/s)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle(f"Decode attention: {meta}")
-        fig.tight_layout()
-        paths.append(RESULTS_DIR / f"bench_{key}_decode.png")
-        fig.savefig(paths[-1], dpi=90)
-        plt.close(fig)
+            _finish(ax, f"decode, fp16, batch {b}, 32 heads, head_dim 128",
+                    "context length (cached tokens)", "KV read bandwidth (GB/s)")
+        paths.append(_save(fig, f"Decode attention: {meta}", RESULTS_DIR / f"bench_{key}_decode.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), squeeze=False)
     for ax, dtype in zip(axes[0], ("fp32", "fp16"), strict=True):
@@ -267,18 +274,9 @@ def plot(points: list[Point], copy_gbps: float, key: str, meta: str) -> list[Pat
             pts = [p for p in cell if p.impl == impl and not math.isnan(p.peak_mem_mb)]
             if pts:
                 ax.plot([p.seq for p in pts], [p.peak_mem_mb for p in pts], label=impl, **_style(impl))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(f"{dtype}, head_dim 128, non-causal")
-        ax.set_xlabel("sequence length S (B*S = 16k, hidden 2048)")
-        ax.set_ylabel("peak memory beyond the inputs (MiB)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Attention forward memory: {meta}")
-    fig.tight_layout()
-    paths.append(RESULTS_DIR / f"bench_{key}_memory.png")
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
+        _finish(ax, f"{dtype}, head_dim 128, non-causal", SEQ_AXIS,
+                "peak memory beyond the inputs (MiB)", log_y=True)
+    paths.append(_save(fig, f"Attention forward memory: {meta}", RESULTS_DIR / f"bench_{key}_memory.png"))
     return paths
 
 

@@ -10,7 +10,9 @@ groups, print the PASS/FAIL report, record the measured figures, exit 0 or 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +29,25 @@ def pick_device(requested: str | None = None) -> torch.device:
     if requested:
         return torch.device(requested)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@contextlib.contextmanager
+def env_setting(name: str, value: str | None):
+    """Set environment variable `name` to `value` inside the block, then restore it; None
+    leaves it alone (the kernels' tile-config knobs are read on every call, so a test can time
+    each config in one process without a rebuild)."""
+    if value is None:
+        yield
+        return
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def fresh_generator(seed: int | None, device) -> tuple[torch.Generator, int]:

@@ -26,7 +26,6 @@ are fresh N(0, 1) numbers each run (--seed reproduces). The extension is called 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 
@@ -42,7 +41,7 @@ from common.checks import (
     reference_attention,
     relative_error,
 )
-from common.harness import fresh_generator, pick_device, task_main
+from common.harness import env_setting, fresh_generator, pick_device, task_main
 from common.timing import attention_flops, tflops, time_cuda
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -117,24 +116,9 @@ def parse_dtypes(text: str) -> list[str]:
     return dtypes
 
 
-@contextlib.contextmanager
 def mma_config(config: int | None):
-    """Run the kernel with tile config `config` (None: leave ATTN_MMA_CONFIG as it is).
-
-    The extension reads the variable on every call, so no rebuild is needed.
-    """
-    if config is None:
-        yield
-        return
-    previous = os.environ.get(CONFIG_ENV)
-    os.environ[CONFIG_ENV] = str(config)
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(CONFIG_ENV, None)
-        else:
-            os.environ[CONFIG_ENV] = previous
+    """Run the kernel with tile config `config` (None: leave ATTN_MMA_CONFIG as it is)."""
+    return env_setting(CONFIG_ENV, None if config is None else str(config))
 
 
 def config_label(config: int | None, head_dim: int) -> str:

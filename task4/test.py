@@ -26,7 +26,6 @@ difference is a race), and inputs are fresh random numbers each run (--seed repr
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 
@@ -41,7 +40,14 @@ from common.checks import (
     reference_attention,
     relative_error,
 )
-from common.harness import ModuleCase, fresh_generator, module_checks, pick_device, task_main
+from common.harness import (
+    ModuleCase,
+    env_setting,
+    fresh_generator,
+    module_checks,
+    pick_device,
+    task_main,
+)
 from common.mha import make_mha, merge_heads, mha_weights, reference_module_output, split_heads
 from common.timing import attention_flops, tflops, time_cuda
 from task4.attention import CustomFlashAttention, call_extension, flash_attention
@@ -74,24 +80,9 @@ def _shape(b, h, s, d) -> str:
     return f"(B,H,S,D)=({b},{h},{s},{d})"
 
 
-@contextlib.contextmanager
 def fp32_config(config: int | None):
-    """Run the fp32 kernel with tile config `config` (None: leave ATTN_FP32_CONFIG alone).
-
-    The extension reads the variable on every call, so no rebuild is needed.
-    """
-    if config is None:
-        yield
-        return
-    previous = os.environ.get(CONFIG_ENV)
-    os.environ[CONFIG_ENV] = str(config)
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(CONFIG_ENV, None)
-        else:
-            os.environ[CONFIG_ENV] = previous
+    """Run the fp32 kernel with tile config `config` (None: leave ATTN_FP32_CONFIG as it is)."""
+    return env_setting(CONFIG_ENV, None if config is None else str(config))
 
 
 def _config_label(config: int | None) -> str:
@@ -163,6 +154,19 @@ def _missing_mma(group: str, err) -> tuple[list[Check], dict]:
     return [Check(group, False, f"task4/mma_checks.py is missing or does not import ({err})")], {}
 
 
+def _course_entry_checks(ext, device, gen, b, s, heads, d) -> list[Check]:
+    """custom_flash_attention on [B, S, hidden] (the course's entry), both masks, vs float64."""
+    checks: list[Check] = []
+    q, k, v = (torch.randn(b, s, heads * d, device=device, generator=gen) for _ in range(3))
+    for causal in (False, True):
+        ref = merge_heads(reference_attention(*(split_heads(t, heads) for t in (q, k, v)), causal))
+        checks += check_kernel(
+            f"custom_flash_attention [B,S,hidden]=({b},{s},{heads * d}) {_mask(causal)}",
+            lambda out, c=causal: course_entry(ext, q, k, v, heads, c, out),
+            ref, lambda: poisoned_empty(b, s, heads * d, dtype=torch.float32, device=device))
+    return checks
+
+
 def small_group(args=None):
     """Tiny shapes, every tile config, both masks: what compute-sanitizer runs."""
     ext = load()
@@ -174,14 +178,7 @@ def small_group(args=None):
         q, k, v = random_qkv(b, h, s, d, device=device, generator=gen)
         checks += _fp32_cases(ext, q, k, v, _shape(b, h, s, d), FP32_CONFIGS)
     # The course entry, [B, S, hidden], once.
-    b, s, heads, d = 2, 33, 2, 16
-    q, k, v = (torch.randn(b, s, heads * d, device=device, generator=gen) for _ in range(3))
-    for causal in (False, True):
-        ref = merge_heads(reference_attention(*(split_heads(t, heads) for t in (q, k, v)), causal))
-        checks += check_kernel(
-            f"custom_flash_attention [B,S,hidden]=({b},{s},{heads * d}) {_mask(causal)}",
-            lambda out, c=causal: course_entry(ext, q, k, v, heads, c, out),
-            ref, lambda: poisoned_empty(b, s, heads * d, dtype=torch.float32, device=device))
+    checks += _course_entry_checks(ext, device, gen, 2, 33, 2, 16)
     module, err = _mma_checks_module()
     if module is None:
         mma_checks, mma_metrics = _missing_mma("mma small", err)
@@ -306,13 +303,7 @@ def shapes_group(args=None):
 
     # The course entry [B, S, hidden] and the module on a GPT-2-sized head (64).
     b, s, heads, d = 2, 77, 12, 64
-    q, k, v = (torch.randn(b, s, heads * d, device=device, generator=gen) for _ in range(3))
-    for causal in (False, True):
-        ref = merge_heads(reference_attention(*(split_heads(t, heads) for t in (q, k, v)), causal))
-        checks += check_kernel(
-            f"custom_flash_attention [B,S,hidden]=({b},{s},{heads * d}) {_mask(causal)}",
-            lambda out, c=causal: course_entry(ext, q, k, v, heads, c, out),
-            ref, lambda: poisoned_empty(b, s, heads * d, dtype=torch.float32, device=device))
+    checks += _course_entry_checks(ext, device, gen, b, s, heads, d)
     mha = make_mha(heads * d, heads, device=device, seed=0)
     module = CustomFlashAttention(*mha_weights(mha), heads * d, heads)
     x = torch.randn(b, s, heads * d, device=device, generator=gen)
