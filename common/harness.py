@@ -50,6 +50,23 @@ def env_setting(name: str, value: str | None):
             os.environ[name] = previous
 
 
+def config_list(allowed) -> Callable[[str], list[int]]:
+    """An argparse type for `--configs 0,1,2`: a non-empty list of integers among `allowed`."""
+    def parse(text: str) -> list[int]:
+        try:
+            configs = [int(part) for part in text.split(",") if part.strip()]
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(
+                f"--configs takes comma-separated integers, not {text!r}") from err
+        bad = [c for c in configs if c not in allowed]
+        if bad or not configs:
+            raise argparse.ArgumentTypeError(
+                f"--configs: {bad or text!r} not among the tile configs {list(allowed)}")
+        return configs
+
+    return parse
+
+
 def fresh_generator(seed: int | None, device) -> tuple[torch.Generator, int]:
     """A generator for the test's inputs: fresh each run unless a seed is given to reproduce."""
     seed = secrets.randbits(31) if seed is None else seed

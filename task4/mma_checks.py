@@ -41,7 +41,7 @@ from common.checks import (
     reference_attention,
     relative_error,
 )
-from common.harness import env_setting, fresh_generator, pick_device, task_main
+from common.harness import config_list, env_setting, fresh_generator, pick_device, task_main
 from common.timing import attention_flops, tflops, time_cuda
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -93,18 +93,7 @@ def metric_prefix(dtype: str, shape: tuple[int, int, int, int], causal: bool) ->
     return f"task4.mma.{dtype}.{shape_label(*shape)}.{_mask(causal)}"
 
 
-def parse_configs(text: str) -> list[int]:
-    """'0,1,2' -> [0, 1, 2] (an argparse type)."""
-    try:
-        configs = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(
-            f"--configs takes comma-separated integers, not {text!r}") from err
-    bad = [c for c in configs if c not in ALL_CONFIGS]
-    if bad or not configs:
-        raise argparse.ArgumentTypeError(
-            f"--configs: {bad or text!r} not among the tile configs {list(ALL_CONFIGS)}")
-    return configs
+parse_configs = config_list(ALL_CONFIGS)  # '0,1,2' -> [0, 1, 2], an argparse type
 
 
 def parse_dtypes(text: str) -> list[str]:

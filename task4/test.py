@@ -42,6 +42,7 @@ from common.checks import (
 )
 from common.harness import (
     ModuleCase,
+    config_list,
     env_setting,
     fresh_generator,
     module_checks,
@@ -335,17 +336,7 @@ def course_group(args=None):
     return checks, metrics
 
 
-def _config_list(text: str) -> list[int]:
-    """'0,1,2' -> [0, 1, 2] (argparse type of --configs)."""
-    try:
-        configs = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(
-            f"--configs takes comma-separated integers, not {text!r}") from err
-    bad = [c for c in configs if c not in FP32_CONFIGS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"--configs: {bad} are not among {list(FP32_CONFIGS)}")
-    return configs
+_config_list = config_list(FP32_CONFIGS)  # '0,1,2' -> [0, 1, 2], the type of --configs
 
 
 def _time_fp32_against_sdpa(ext, q, k, v, causal: bool, configs, opts) -> tuple[list[Check], dict]:
