@@ -59,8 +59,10 @@ def graded_skeleton(skeleton, tmp_path_factory) -> dict:
 @needs_solution
 def test_the_solution_gets_full_marks_on_tasks_1_and_3(graded_solution):
     tasks = _by_task(graded_solution)
-    assert (tasks[1]["points"], tasks[1]["status"]) == (2, "pass"), tasks[1]
-    assert (tasks[3]["points"], tasks[3]["status"]) == (3, "pass"), tasks[3]
+    for n, points in ((1, 2), (3, 3)):
+        # The reason and the failing lines, in full, so that a failure here can be diagnosed.
+        assert (tasks[n]["points"], tasks[n]["status"]) == (points, "pass"), (
+            f"task {n}: {tasks[n]['status']}: {tasks[n]['reason']}\n" + "\n".join(tasks[n]["details"]))
     assert graded_solution["points"] == 5 == graded_solution["max_points"]
     assert "Total: 5/5" in graded_solution["stdout"]
 
