@@ -31,6 +31,7 @@ import sys
 
 import torch
 
+from common.build import call_extension
 from common.checks import (
     Check,
     check_raises,
@@ -51,7 +52,7 @@ from common.harness import (
 )
 from common.mha import make_mha, merge_heads, mha_weights, reference_module_output, split_heads
 from common.timing import attention_flops, tflops, time_cuda
-from task4.attention import CustomFlashAttention, call_extension, flash_attention
+from task4.attention import CustomFlashAttention, flash_attention
 from task4.compile import load
 
 # --- the course protocol ------------------------------------------------------------------
