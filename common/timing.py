@@ -6,6 +6,7 @@ not the kernel (the course's original numbers were timed that way and meant noth
 median. Inputs larger than L2 can be rotated (`inputs=`) and L2 can be flushed between
 repeats (`flush_l2=True`) so that a repeat never reads what the previous one left in cache.
 `time_cpu` is the fallback for CPU-only tasks (1 and 3) and uses the same summary.
+`TokenClock` stamps each generated token on the GPU's timeline, for TTFT and TBT (tasks 6, 7).
 """
 
 from __future__ import annotations
@@ -117,6 +118,83 @@ def time_any(fn: Callable[[], Any], device: torch.device | str, **kwargs) -> Tim
     if torch.device(device).type == "cuda":
         return time_cuda(fn, **kwargs)
     return time_cpu(fn, warmup=min(kwargs.get("warmup", 1), 2), repeats=min(kwargs.get("repeats", 5), 5))
+
+
+# --- per-token timing of a generation loop -------------------------------------------------
+
+class TokenClock:
+    """A timestamp when each token's logits are ready, on the GPU's own timeline.
+
+    CUDA: one event recorded on the current stream at start() and at each mark(); nothing
+    waits until times() synchronises once at the end, so timing adds no host sync to the
+    loop. Events are created up front (`capacity` marks) to keep the loop lean. On a CPU,
+    where every op has finished when it returns, the host clock is the honest clock.
+
+    TTFT = start -> first mark (prompt processed, first logits ready).
+    TBT  = mean gap between consecutive marks (one decode step each).
+    """
+
+    def __init__(self, device: torch.device, capacity: int):
+        self.cuda = torch.device(device).type == "cuda"
+        self.capacity = capacity
+        self._n = 0
+        if self.cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._events = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
+        else:
+            self._stamps: list[float] = []
+
+    def start(self) -> None:
+        self._n = 0
+        if self.cuda:
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+            self._stamps = []
+
+    def mark(self) -> None:
+        if self._n >= self.capacity:
+            raise RuntimeError(f"TokenClock holds {self.capacity} marks; one more was recorded.")
+        if self.cuda:
+            self._events[self._n].record()
+        else:
+            self._stamps.append(time.perf_counter())
+        self._n += 1
+
+    def wait(self, index: int) -> None:
+        """Block until mark `index` has happened (e.g. to advance a progress bar one step
+        behind the GPU, so the next step is already queued and no idle time is added)."""
+        if self.cuda and 0 <= index < self._n:
+            self._events[index].synchronize()
+
+    def times_ms(self) -> list[float]:
+        """Milliseconds from start() to each mark (synchronises once)."""
+        if self.cuda:
+            self._events[self._n - 1].synchronize() if self._n else torch.cuda.synchronize()
+            return [self._start.elapsed_time(e) for e in self._events[:self._n]]
+        return [(s - self._t0) * 1e3 for s in self._stamps]
+
+
+@dataclass
+class TokenTiming:
+    ttft_ms: float
+    tbt_ms: float          # mean over the decode steps (nan with a single token)
+    tokens_per_s: float
+    steps: int
+    step_ms: list[float]   # each decode step: the gaps between consecutive marks
+
+    @classmethod
+    def from_marks(cls, marks_ms: list[float]) -> TokenTiming:
+        gaps = [b - a for a, b in zip(marks_ms[:-1], marks_ms[1:], strict=True)]
+        tbt = sum(gaps) / len(gaps) if gaps else float("nan")
+        total = marks_ms[-1] if marks_ms else float("nan")
+        return cls(marks_ms[0] if marks_ms else float("nan"), tbt,
+                   len(marks_ms) / (total / 1e3) if total and total > 0 else float("nan"),
+                   len(marks_ms), gaps)
+
+    def line(self, clock: str) -> str:
+        return (f"TTFT {self.ttft_ms:.2f} ms, TBT {self.tbt_ms:.3f} ms (mean of {self.steps - 1} "
+                f"decode steps), {self.tokens_per_s:.1f} tokens/s ({clock})")
 
 
 # --- the two ceilings (METHOD.md: "two numbers first") ------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from common.timing import TokenClock, TokenTiming
 from task6.model import KVCache, customModel
 
 
@@ -83,20 +84,6 @@ class GraphDecodeStep:
         return self.token[:, 0], self.logits
 
 
-class _Clock:
-    """CUDA events on the current stream, only when asked to time (never a host clock)."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-
-    def mark(self) -> torch.cuda.Event | None:
-        if not self.enabled:
-            return None
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-
 def _pick(last_logits: torch.Tensor, greedy: bool, temperature: float, generator) -> torch.Tensor:
     if greedy:
         return last_logits.argmax(dim=-1)
@@ -138,23 +125,27 @@ def generate(model: customModel, prompt_tokens: torch.Tensor, max_new_tokens: in
     device = prompt_tokens.device
     on_gpu = device.type == "cuda"
     graph = use_cuda_graph and greedy and on_gpu
-    clock = _Clock(on_gpu and (timings is not None or progress))
+    # CUDA events: mark 0 when the first token is chosen, mark 1 when the decode loop starts
+    # (after the graph capture, which TBT must not include), mark i + 1 after step i.
+    clock = TokenClock(device, max_new_tokens + 1) if on_gpu and (timings is not None or progress) \
+        else None
 
     tokens = torch.empty(batch, max_new_tokens, dtype=torch.long, device=device)
     all_logits = (torch.empty(batch, max_new_tokens, model.vocab_size, dtype=model.dtype,
                               device=device) if return_logits else None)
 
     # Prefill: the whole prompt at once; its last logits choose the first new token.
-    start = clock.mark()
+    if clock is not None:
+        clock.start()
     logits, _ = model(prompt_tokens, kv_cache, 0, last_logits_only=True)
     tokens[:, 0] = _pick(logits[:, -1], greedy, temperature, generator)
     if all_logits is not None:
         all_logits[:, 0] = logits[:, -1]
-    first = clock.mark()
+    if clock is not None:
+        clock.mark()
 
     # Decode: step i feeds token i - 1 at cache position P + i - 1 and chooses token i.
     steps = max_new_tokens - 1
-    marks = []
     if steps:
         graph_step = GraphDecodeStep(model, kv_cache, tokens[:, 0], prompt_len) if graph else None
 
@@ -165,30 +156,32 @@ def generate(model: customModel, prompt_tokens: torch.Tensor, max_new_tokens: in
             return _pick(out[:, -1], greedy, temperature, generator), out[:, -1]
 
         bar = _progress_bar(steps, progress)
-        decode_start = clock.mark()
+        if clock is not None:
+            clock.mark()
         for i in range(1, max_new_tokens):
             chosen, last_logits = decode_step(i)
             tokens[:, i] = chosen
             if all_logits is not None:
                 all_logits[:, i] = last_logits
-            marks.append(clock.mark())
+            if clock is not None:
+                clock.mark()
             if bar is not None:
                 # Wait for the step before this one, not this one: the GPU always has the next
                 # step queued, so the bar is accurate to one step and costs no idle time.
-                if len(marks) >= 2 and marks[-2] is not None:
-                    marks[-2].synchronize()
+                if clock is not None:
+                    clock.wait(i)
                 bar.update(1)
         if bar is not None:
             bar.close()
 
-    if timings is not None and on_gpu:
-        torch.cuda.synchronize()
-        timings["ttft_ms"] = start.elapsed_time(first)
+    if timings is not None and clock is not None:
+        marks_ms = clock.times_ms()
+        timings["ttft_ms"] = marks_ms[0]
         timings["decode_steps"] = steps
         if steps:
-            timings["tbt_ms"] = decode_start.elapsed_time(marks[-1]) / steps
-            timings["step_ms"] = [a.elapsed_time(b) for a, b in zip([decode_start] + marks[:-1], marks,
-                                                                    strict=True)]
+            decode = TokenTiming.from_marks(marks_ms[1:])   # from the loop's start
+            timings["tbt_ms"] = decode.tbt_ms
+            timings["step_ms"] = decode.step_ms
     return (tokens, all_logits) if return_logits else tokens
 
 

@@ -2,7 +2,8 @@
 
 `python -m task7.inference` (our kernels) and `python -m task7.inference_ref` (stock
 Hugging Face `generate`) parse the same options with `add_common_args`, load the same model
-with `load_setup`, and time tokens the same way with `TokenClock`, so their numbers compare.
+with `load_setup`, and time tokens the same way with common.timing's `TokenClock`, so their
+numbers compare.
 
 Loading never hangs and never prints a traceback when there is no network:
   * `--model` takes a hub name (default `gpt2`) or a local folder (`save_pretrained` output);
@@ -23,7 +24,6 @@ import contextlib
 import os
 import socket
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -326,82 +326,8 @@ def settings_line(args: argparse.Namespace) -> str:
             f"{args.max_new_tokens} new tokens")
 
 
-# --- timing ---------------------------------------------------------------------------------
-
-class TokenClock:
-    """A timestamp when each token's logits are ready, on the GPU's own timeline.
-
-    CUDA: one event recorded on the current stream at start() and at each mark(); nothing
-    waits until times() synchronises once at the end, so timing adds no host sync to the
-    loop. Events are created up front (`capacity` marks) to keep the loop lean. On a CPU,
-    where every op has finished when it returns, the host clock is the honest clock.
-
-    TTFT = start -> first mark (prompt processed, first logits ready).
-    TBT  = mean gap between consecutive marks (one decode step each).
-    """
-
-    def __init__(self, device: torch.device, capacity: int):
-        self.cuda = torch.device(device).type == "cuda"
-        self.capacity = capacity
-        self._n = 0
-        if self.cuda:
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._events = [torch.cuda.Event(enable_timing=True) for _ in range(capacity)]
-        else:
-            self._stamps: list[float] = []
-
-    def start(self) -> None:
-        self._n = 0
-        if self.cuda:
-            self._start.record()
-        else:
-            self._t0 = time.perf_counter()
-            self._stamps = []
-
-    def mark(self) -> None:
-        if self._n >= self.capacity:
-            raise RuntimeError(f"TokenClock holds {self.capacity} marks; one more was recorded.")
-        if self.cuda:
-            self._events[self._n].record()
-        else:
-            self._stamps.append(time.perf_counter())
-        self._n += 1
-
-    def times_ms(self) -> list[float]:
-        """Milliseconds from start() to each mark (synchronises once)."""
-        if self.cuda:
-            self._events[self._n - 1].synchronize() if self._n else torch.cuda.synchronize()
-            return [self._start.elapsed_time(e) for e in self._events[:self._n]]
-        return [(s - self._t0) * 1e3 for s in self._stamps]
-
-
-@dataclass
-class TokenTiming:
-    ttft_ms: float
-    tbt_ms: float          # mean over the decode steps (nan with a single token)
-    tokens_per_s: float
-    steps: int
-
-    @classmethod
-    def from_marks(cls, marks_ms: list[float]) -> TokenTiming:
-        gaps = [b - a for a, b in zip(marks_ms[:-1], marks_ms[1:], strict=True)]
-        tbt = sum(gaps) / len(gaps) if gaps else float("nan")
-        total = marks_ms[-1] if marks_ms else float("nan")
-        return cls(marks_ms[0] if marks_ms else float("nan"), tbt,
-                   len(marks_ms) / (total / 1e3) if total and total > 0 else float("nan"),
-                   len(marks_ms))
-
-    def line(self, clock: str) -> str:
-        return (f"TTFT {self.ttft_ms:.2f} ms, TBT {self.tbt_ms:.3f} ms (mean of {self.steps - 1} "
-                f"decode steps), {self.tokens_per_s:.1f} tokens/s ({clock})")
-
-
 def clock_name(device: torch.device) -> str:
     return ("CUDA events, after a warm-up run" if device.type == "cuda"
             else "CPU host clock, after a warm-up run")
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

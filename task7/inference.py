@@ -42,19 +42,18 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from statistics import median
 
 import torch
 
+from common.timing import TokenClock, TokenTiming
 from task7.gpt2 import (
     ModelUnavailable,
     PromptTooLong,
     Setup,
-    TokenClock,
-    TokenTiming,
     add_common_args,
     clock_name,
     make_setup,
-    median,
     render,
     settings_line,
 )

@@ -23,11 +23,10 @@ import sys
 
 import torch
 
+from common.timing import TokenClock, TokenTiming
 from task7.gpt2 import (
     ModelUnavailable,
     PromptTooLong,
-    TokenClock,
-    TokenTiming,
     add_common_args,
     clock_name,
     make_setup,

@@ -106,3 +106,19 @@ def test_merge_keeps_the_newer_figure_and_its_run(tmp_path):
     assert merged["metrics"] == {"a": 2.0, "b": 3.0}
     assert merged["runs"][merged["metric_run"]["a"]]["date"] == "2026-11-22 07:00 UTC"
     assert merged["runs"][merged["metric_run"]["b"]]["date"] == "2026-11-22 06:00 UTC"
+
+
+def test_token_timing_from_marks():
+    from common.timing import TokenClock, TokenTiming
+
+    timing = TokenTiming.from_marks([10.0, 12.0, 15.0, 16.0])
+    assert timing.ttft_ms == 10.0 and timing.step_ms == [2.0, 3.0, 1.0]
+    assert timing.tbt_ms == 2.0 and timing.steps == 4
+    clock = TokenClock("cpu", capacity=2)
+    clock.start()
+    clock.mark()
+    clock.mark()
+    first, second = clock.times_ms()
+    assert 0 <= first <= second
+    with pytest.raises(RuntimeError):
+        clock.mark()
