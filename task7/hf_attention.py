@@ -5,170 +5,351 @@
 
 transformers (4.48 and later) looks attention up by name: each attention layer calls
 `ALL_ATTENTION_FUNCTIONS[config._attn_implementation](module, query, key, value,
-attention_mask, scaling=..., dropout=..., **kwargs)` with query [B, H, Sq, D] and key/value
-[B, H, Sk, D] (the cache already updated), and expects (output [B, Sq, H, D], weights).
-`register()` adds `course_attention_forward` under the name "course_kernels".
+attention_mask, scaling=..., dropout=..., **kwargs)` with query [B, H_q, Sq, D] and key/value
+[B, H_kv, Sk, D] (the cache already updated, H_kv < H_q under grouped-query attention), and
+expects (output [B, Sq, H_q, D], weights). `register()` adds `course_attention_forward` under
+the name "course_kernels". Every call that the kernels can take runs on one entry,
+`task5.attention.attention` (common/variants.py describes what it computes): GQA/MQA with the
+KV heads as they are (never repeated), Sq != Sk with bottom-right causal (a continuation after
+a cache, chunked prefill, decode), sliding windows, left-padded batches, and any mask tensor.
 
 The mask is the delicate part: attention must never silently lose causality or padding.
   * transformers >= 4.53 builds masks per implementation name (ALL_MASK_ATTENTION_FUNCTIONS)
-    and, for a name it does not know, builds *no mask at all*. So `register()` also gives
-    our name SDPA's mask function, and our function follows SDPA's conventions exactly:
-    a mask of None means "purely causal" for several queries (is_causal, top-left aligned,
-    keys past the queries cut off as transformers' SDPA path does) and "every key" for one.
-  * transformers 4.48-4.52 hands every implementation but sdpa/flash a 4D float mask
-    (0 = keep, a large negative = masked) that already holds causality and padding.
-Whatever arrives, the fast path is taken only when the mask is provably what the kernel
-computes; anything else (padding inside a prefill, a custom pattern, a bias) goes to
-PyTorch's SDPA with the mask, exactly as transformers' own "sdpa" implementation would.
+    and, for a name it does not know, builds *no mask at all*. So `register()` gives our name
+    SDPA's mask function (`sdpa_mask`: a bool [B, 1, Sq, Sk] mask, True = keep, or None), and
+    our function follows SDPA's conventions exactly: a mask of None means "purely causal" for
+    several queries (is_causal; transformers returns None only where top-left and bottom-right
+    agree, or for an empty static cache, whose tail keys it cuts off as its SDPA path does) and
+    "every key" for one query. The window of a sliding layer (Mistral; Qwen2's sliding layers:
+    key j visible iff j > i - sliding_window, transformers' `sliding_window_overlay`) is inside
+    the mask whenever it matters; with no mask the `sliding_window` kwarg is applied as
+    FlashAttention-2's integration applies it.
+  * transformers 4.48-4.52 hands every implementation but sdpa/flash a 4D additive float mask
+    (0 = keep, dtype minimum = masked) that already holds causality, window and padding.
 
-  | query / mask                          | runs                                              |
-  |---------------------------------------|---------------------------------------------------|
-  | Sq == Sk > 1, no mask (causal module) | task 4 flash_attention(causal=True)               |
-  | Sq == Sk > 1, mask == lower triangle  | task 4 flash_attention(causal=True)               |
-  | Sq == 1, no mask                      | task 5 decode_attention_bhsd(seq_len=Sk)          |
-  | Sq == 1, mask keeps a prefix per row  | task 5 decode_attention_bhsd(seq_len=[B] lengths) |
-  | anything else (padding, bias, ...)    | torch SDPA with the mask                          |
+How a call runs (the "plan"; `plan_attention` returns it):
 
-Inspecting a mask reads it on the host (one sync); transformers passes the same mask
-object to every layer of a forward pass, so the verdict is cached for that object.
-CPU tensors follow the same plan with the PyTorch versions of the operations (task7/ops.py).
+  | query / mask                                   | runs                                          |
+  |------------------------------------------------|-----------------------------------------------|
+  | no mask, Sq == 1 (decode)                      | kernels: every key (+ sliding_window kwarg)   |
+  | no mask, Sq > 1, causal module                 | kernels: causal (+ window); keys past Sq of an|
+  |                                                | empty static cache cut off, as sdpa does      |
+  | no mask, not causal                            | kernels: every key                            |
+  | mask == causal/non-causal + window + per-      | kernels, structured: causal, window,          |
+  |   sequence key range (left padding, or a       |   key_lengths (left_padding=True/False); key  |
+  |   static cache's filled prefix), GQA, Sq != Sk |   tiles outside the pattern are skipped       |
+  | any other keep/drop mask (bool, or float 0 /   | kernels with the bool mask tensor, read tile  |
+  |   very negative), e.g. static cache + padding  |   by tile (plus the causal/key range it lies  |
+  |                                                |   in, so empty tiles are still skipped)       |
+  | a float mask that is a real bias               | kernels with the additive float mask          |
+  | `position_bias` (T5-style, 5.x)                | kernels with bias merged into a float mask    |
+  | dropout > 0 while training                     | fallback: SDPA with dropout_p                 |
+  | head_dim > 128 or not a multiple of 8, key /   | fallback: SDPA                                |
+  |   value head dims differ, dtype not fp32/fp16/ |                                               |
+  |   bf16 or q/k/v dtypes differ                  |                                               |
+  | softcap (Gemma 2), attention sinks (s_aux,     | fallback: the eager formula (SDPA has neither)|
+  |   GPT-OSS), head_mask                          |                                               |
+
+Every fallback is counted with its reason: `fallback_counts()`, `reset_counters()`,
+`call_counts()` (calls per route); `python -m task7.models` prints and records them.
+
+A structured plan is found by reading the mask once: the range of keys each sequence ever sees
+and its widest row give the only candidates (causal or not, left-padded or prefix key range,
+no window or the widest row as the window); the candidate whose keep-mask equals the given
+mask exactly is used, else the mask itself goes to the kernel. The verdict needs one host read
+(a sync); transformers passes the same mask object to every layer of a forward pass (two for
+a hybrid sliding/full model), so verdicts are cached per mask object.
+CPU tensors follow the same plan; `task5.attention.attention` runs its PyTorch twin there.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import weakref
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from task7.ops import kernel_ops, torch_ops
-
 NAME = "course_kernels"   # no "flash"/"sdpa" in it: transformers treats those names specially
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_KERNEL_HEAD_DIM = 128
-# An additive float mask is a keep/drop mask when every value is 0 or hugely negative.
+# An additive float mask is a keep/drop mask when every value is 0 or at most this (transformers
+# uses the dtype's minimum, -inf, or -1e4 in old code); anything else is a bias.
 MASKED_BELOW = -1e4
-UNSUPPORTED_KWARGS = ("softcap", "sliding_window", "s_aux", "position_bias", "head_mask")
 
+
+# --- counters ---------------------------------------------------------------------------------
+
+_FALLBACKS: Counter = Counter()     # reason -> calls that ran on the fallback
+_ROUTES: Counter = Counter()        # "structured" / "mask" / "fallback" -> calls
+
+
+def reset_counters() -> None:
+    """Zero the fallback and route counters (call before the run you want to count)."""
+    _FALLBACKS.clear()
+    _ROUTES.clear()
+
+
+def fallback_counts() -> dict[str, int]:
+    """{reason: calls} of the attention calls that did not run on our kernels since the reset."""
+    return dict(_FALLBACKS)
+
+
+def fallback_total() -> int:
+    return sum(_FALLBACKS.values())
+
+
+def call_counts() -> dict[str, int]:
+    """{route: calls} since the reset: 'structured' and 'mask' ran on the kernels."""
+    return dict(_ROUTES)
+
+
+def _count_fallback(reason: str) -> None:
+    _FALLBACKS[reason] += 1
+    _ROUTES["fallback"] += 1
+
+
+# --- the plan ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Plan:
-    """How one attention call runs: 'flash' (task 4), 'decode' (task 5) or 'sdpa' (fallback)."""
+    """How one attention call runs.
+
+    kind: 'structured' (kernels; causal / window / key_lengths describe the mask exactly),
+          'mask' (kernels; `mask` is passed as well: bool keep-mask or additive float), or
+          'fallback' (SDPA or the eager formula; `reason` says why).
+    key_len: use keys [0, key_len) only (an empty static cache's tail, as transformers' sdpa).
+    """
 
     kind: str
     causal: bool = False
-    key_len: int | None = None                  # flash: use keys [0, key_len) only
-    seq_len: int | torch.Tensor | None = None   # decode: visible cache length(s)
+    window: int = 0
+    key_lengths: torch.Tensor | None = None     # [B] int32 on the query's device
+    left_padding: bool = False
+    mask: torch.Tensor | None = None
+    key_len: int | None = None
     reason: str = ""
 
+    def kernel_kwargs(self) -> dict:
+        """Keyword arguments of task5.attention.attention."""
+        return dict(causal=self.causal, window=self.window, mask=self.mask,
+                    key_lengths=self.key_lengths, left_padding=self.left_padding)
 
-def _as_keep(mask: torch.Tensor, key_len: int) -> torch.Tensor | None:
-    """Boolean keep-mask from a bool or additive float mask, 4D; None if it is a real bias."""
-    mask = mask[..., :key_len]   # older transformers pass masks longer than the keys
+    def describe(self) -> str:
+        parts = [self.kind, "causal" if self.causal else "full"]
+        if self.window:
+            parts.append(f"window {self.window}")
+        if self.key_lengths is not None:
+            parts.append("left-padded keys" if self.left_padding else "key prefix lengths")
+        if self.mask is not None:
+            parts.append(f"{'bool' if self.mask.dtype == torch.bool else 'float'} mask")
+        if self.key_len is not None:
+            parts.append(f"keys [0, {self.key_len})")
+        return ", ".join(parts) + (f" ({self.reason})" if self.reason else "")
+
+
+def _as_4d(mask: torch.Tensor) -> torch.Tensor:
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
+    return mask
+
+
+def _keep_candidates(batch: int, seq_q: int, seq_k: int, begin: torch.Tensor, end: torch.Tensor,
+                     width: torch.Tensor):
+    """The structured patterns a mask can be: yields (causal, left_padding, windowed, keep).
+
+    begin/end [b]: first visible key / one past the last of each sequence; width: the widest
+    row (a 0-d tensor, the window candidate). keep is [b, 1, Sq, Sk] bool, common/variants.py's
+    keep_mask for that description (written here with a tensor window, so no host read)."""
+    b = begin.shape[0]
+    rows = torch.arange(seq_q, device=begin.device).view(1, 1, seq_q, 1)
+    cols = torch.arange(seq_k, device=begin.device).view(1, 1, 1, seq_k)
+    begin4, end4 = begin.view(b, 1, 1, 1), end.view(b, 1, 1, 1)
+    for left_padding in (True, False):
+        # left padding: keys [begin, Sk), queries the last Sq of Sk; else keys [0, end).
+        lo = begin4 if left_padding else torch.zeros_like(begin4)
+        hi = torch.full_like(end4, seq_k) if left_padding else end4
+        in_range = (cols >= lo) & (cols < hi)
+        pos = rows + (hi - seq_q)                     # absolute query positions
+        causal = in_range & (cols <= pos)
+        yield True, left_padding, False, causal
+        yield True, left_padding, True, causal & (cols > pos - width)
+        yield False, left_padding, False, in_range.expand(b, 1, seq_q, seq_k)
+
+
+def _plan_decode(keep, seen, begin, end, batch: int, seq_k: int) -> Plan:
+    """One query row per sequence (a decode step), bool mask: fewer device ops than the
+    general candidates. The row is structured iff its visible keys are one contiguous range
+    ending at the last key (left padding; causal and any window only shorten the range) or
+    starting at key 0 (a static cache's filled prefix), the same for every head."""
+    count = seen.sum(dim=-1)
+    contiguous = (count == end - begin) | (count == 0)
+    same_heads = (keep == keep[:, :1]).all() if keep.shape[1] > 1 else contiguous.all()
+    flags = torch.stack([same_heads, (contiguous & ((end == seq_k) | (count == 0))).all(),
+                         (contiguous & (begin == 0)).all(), (begin == 0).all(),
+                         (end == seq_k).all()]).tolist()      # the one host read
+    heads_ok, left_ok, right_ok, all_begin0, all_end_sk = flags
+    if heads_ok and (left_ok or right_ok):
+        if left_ok:
+            lengths = None if all_begin0 else (seq_k - begin)
+        else:
+            lengths = None if all_end_sk else end
+        kl = None if lengths is None else lengths.to(torch.int32).expand(batch).contiguous()
+        return Plan("structured", causal=True, key_lengths=kl, left_padding=left_ok and kl is not None,
+                    reason="decode mask is one key range")
+    lengths = None if all_begin0 else (seq_k - begin).to(torch.int32).expand(batch).contiguous()
+    return Plan("mask", causal=True, mask=keep, key_lengths=lengths,
+                left_padding=lengths is not None, reason="keep/drop mask with no structured pattern")
+
+
+def plan_from_mask(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> Plan:
+    """What a given mask allows (one host read). mask: bool or float, broadcastable to
+    [B, H_q, Sq, Sk] after its last dimension is cut to Sk (older transformers pass longer)."""
+    batch, heads, seq_q = query.shape[:3]
+    seq_k = key.shape[2]
+    if mask.shape[-1] < seq_k:
+        return Plan("fallback", reason="mask shape")
+    mask = _as_4d(mask[..., :seq_k])
+    try:
+        torch.broadcast_shapes(mask.shape, (batch, heads, seq_q, seq_k))
+    except RuntimeError:
+        return Plan("fallback", reason="mask shape")
+    if mask.shape[0] not in (1, batch) or mask.shape[2] not in (1, seq_q):
+        return Plan("fallback", reason="mask shape")
     if mask.dtype == torch.bool:
-        return mask
-    keep = mask == 0
-    if not bool((keep | (mask <= MASKED_BELOW)).all()):
-        return None
-    return keep
+        keep, keep_drop = mask, None
+    elif mask.is_floating_point():
+        keep = mask == 0
+        keep_drop = (keep | (mask <= MASKED_BELOW)).all()
+    else:
+        return Plan("fallback", reason=f"mask dtype {str(mask.dtype).replace('torch.', '')}")
 
+    b = keep.shape[0]
+    seen = keep.any(dim=2).any(dim=1)                 # [b, Sk]: keys some row of b sees
+    any_seen = seen.any(dim=-1)
+    begin = torch.where(any_seen, seen.to(torch.uint8).argmax(dim=-1), seq_k)
+    end = torch.where(any_seen, seq_k - seen.flip(-1).to(torch.uint8).argmax(dim=-1), 0)
+    if seq_q == 1 and keep_drop is None:
+        return _plan_decode(keep, seen, begin, end, batch, seq_k)
+    width = keep.sum(dim=-1).amax()
+    candidates = list(_keep_candidates(b, seq_q, seq_k, begin, end, width))
+    flags = [(cand == keep).all() for *_, cand in candidates]
+    # Which causal/key-range the mask at least lies within, for the mask route's tile skipping.
+    causal_left = candidates[0][3]
+    within_causal = ~(keep & ~causal_left).any()
+    full_left = (begin == 0).all()
+    full_right = (end == seq_k).all()
+    extra = [within_causal, full_left, full_right, width]
+    if keep_drop is not None:
+        extra.append(keep_drop)
+    verdict = torch.stack([f.to(torch.int64) for f in flags] + [e.to(torch.int64) for e in extra])
+    verdict = verdict.tolist()                        # the one host read
+    n = len(flags)
+    within, all_begin0, all_end_sk, widest = verdict[n:n + 4]
+    is_keep_drop = bool(verdict[n + 4]) if keep_drop is not None else True
 
-def plan_from_mask(mask: torch.Tensor, q_len: int, k_len: int, batch: int) -> Plan:
-    """Decide what a given mask allows (reads the mask on the host)."""
-    if mask.shape[-1] < k_len:
-        return Plan("sdpa", reason=f"mask covers {mask.shape[-1]} of {k_len} keys")
-    keep = _as_keep(mask, k_len)
-    if keep is None:
-        return Plan("sdpa", reason="float mask with values other than 0 / -inf (a bias)")
-    if q_len == 1:
-        # Decode: the kernel attends to positions [0, seq_len) of each sequence, so the mask
-        # must keep a non-empty prefix, the same for every head. A static cache gives that;
-        # left padding does not (it masks the *first* keys) and goes to SDPA.
-        lengths = keep.sum(dim=-1)                                          # [b, h, 1]
-        prefix = torch.arange(k_len, device=keep.device) < lengths.unsqueeze(-1)
-        ok = (keep == prefix).all() & (lengths >= 1).all() & (lengths == lengths[:, :1]).all()
-        if not bool(ok):
-            return Plan("sdpa", reason="decode mask is not a prefix of the cache")
-        per_batch = lengths[:, 0, 0].to(torch.int32).expand(batch).contiguous()
-        if bool((per_batch == k_len).all()):
-            return Plan("decode", seq_len=k_len, reason="mask keeps every key")
-        return Plan("decode", seq_len=per_batch, reason="mask keeps a prefix of the cache")
-    if q_len == k_len:
-        tril = torch.ones(q_len, k_len, dtype=torch.bool, device=keep.device).tril()
-        if bool((keep == tril).all()):
-            return Plan("flash", causal=True, reason="mask is exactly causal")
-        if bool(keep.all()):
-            return Plan("flash", causal=False, reason="mask keeps everything")
-    return Plan("sdpa", reason="mask is not purely causal (padding or a custom pattern)")
+    def lengths(left: bool) -> torch.Tensor | None:
+        if (all_begin0 if left else all_end_sk):
+            return None
+        values = (seq_k - begin) if left else end
+        return values.to(torch.int32).expand(batch).contiguous()
+
+    if is_keep_drop:
+        for ok, (causal, left, windowed, _) in zip(verdict[:n], candidates, strict=True):
+            if not ok:
+                continue
+            window = int(widest) if windowed else 0
+            if windowed and (window < 1 or window >= seq_k):
+                continue       # the window hides nothing the other candidates would not
+            kl = lengths(left)
+            return Plan("structured", causal=causal, window=window, key_lengths=kl,
+                        left_padding=left and kl is not None,
+                        reason="mask is exactly this pattern")
+        # The kernel ANDs everything it is given: the causal triangle and the key range the
+        # mask lies in are exact, and let it skip the tiles the mask leaves empty.
+        kl = lengths(True)
+        return Plan("mask", causal=bool(within), mask=keep, key_lengths=kl,
+                    left_padding=kl is not None,
+                    reason="keep/drop mask with no structured pattern")
+    # A real bias: the kernel adds it to the scaled scores (-inf drops a key).
+    bias = mask if mask.dtype in (torch.float32, query.dtype) else mask.float()
+    return Plan("mask", mask=bias, reason="additive float bias")
 
 
 def plan_attention(query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
-                   is_causal: bool) -> Plan:
+                   is_causal: bool, sliding_window: int | None = None) -> Plan:
     """The plan for one call, following transformers' SDPA conventions for `attention_mask`."""
-    batch, q_len, k_len = query.shape[0], query.shape[2], key.shape[2]
+    seq_q, seq_k = query.shape[2], key.shape[2]
     if attention_mask is not None:
-        return plan_from_mask(attention_mask, q_len, k_len, batch)
-    if k_len < q_len:
-        return Plan("sdpa", reason="fewer keys than queries")
-    if q_len == 1:
-        return Plan("decode", seq_len=k_len, reason="one query, no mask: every key")
-    if is_causal:
+        return plan_from_mask(attention_mask, query, key)
+    window = int(sliding_window or 0)
+    if seq_q == 1:
+        return Plan("structured", causal=bool(is_causal), window=window if is_causal else 0,
+                    reason="one query, no mask: every key")
+    if not is_causal:
+        return Plan("structured", causal=False, reason="no mask, not causal: every key")
+    if seq_k >= seq_q:
         # No mask with several queries means causal, aligned top-left like SDPA's is_causal;
         # keys beyond the queries (an empty static cache's tail) are cut off, as transformers'
-        # own sdpa_attention_forward does.
-        return Plan("flash", causal=True, key_len=q_len if k_len > q_len else None,
-                    reason="no mask: causal")
-    if q_len == k_len:
-        return Plan("flash", causal=False, reason="no mask, not causal")
-    return Plan("sdpa", reason="no mask, not causal, fewer queries than keys")
+        # own sdpa_attention_forward does. Then top-left = bottom-right.
+        return Plan("structured", causal=True, window=window,
+                    key_len=seq_q if seq_k > seq_q else None, reason="no mask: causal")
+    # Fewer keys than queries under SDPA's top-left is_causal: that triangle as a mask.
+    tril = torch.ones(seq_q, seq_k, dtype=torch.bool, device=query.device).tril()
+    if window:
+        tril &= ~torch.ones(seq_q, seq_k, dtype=torch.bool, device=query.device).tril(-window)
+    return Plan("mask", mask=tril[None, None], reason="no mask, causal top-left, Sk < Sq")
 
 
-# One mask object serves every layer of a forward pass: remember the last verdict.
-_last: dict = {}
+# Verdicts per mask object (one forward pass uses one or two masks: full and sliding layers).
+_CACHE_SIZE = 4
+_cache: list[tuple[weakref.ref, tuple, Plan]] = []
 
 
-def _cached_plan(query, key, attention_mask, is_causal) -> Plan:
+def _cached_plan(query, key, attention_mask, is_causal, sliding_window) -> Plan:
     if attention_mask is None:
-        return plan_attention(query, key, None, is_causal)
-    sig = (query.shape[0], query.shape[2], key.shape[2], is_causal, attention_mask._version)
-    ref = _last.get("mask")
-    if ref is not None and ref() is attention_mask and _last.get("sig") == sig:
-        return _last["plan"]
-    plan = plan_attention(query, key, attention_mask, is_causal)
-    _last.update(mask=weakref.ref(attention_mask), sig=sig, plan=plan)
+        return plan_attention(query, key, None, is_causal, sliding_window)
+    sig = (tuple(query.shape[:3]), key.shape[2], query.dtype, query.device,
+           attention_mask._version, tuple(attention_mask.shape), attention_mask.stride())
+    for ref, cached_sig, plan in _cache:
+        if ref() is attention_mask and cached_sig == sig:
+            return plan
+    plan = plan_attention(query, key, attention_mask, is_causal, sliding_window)
+    _cache.insert(0, (weakref.ref(attention_mask), sig, plan))
+    del _cache[_CACHE_SIZE:]
     return plan
 
 
-def _kernel_can_run(query, key, value, dropout: float) -> str | None:
-    """Why the kernels cannot take these tensors, or None if they can."""
+def _kernel_refusal(query, key, value) -> str | None:
+    """Why the kernels cannot take these tensors (a fallback reason), or None if they can."""
     if query.dtype not in KERNEL_DTYPES:
-        return f"dtype {query.dtype}"
+        return f"dtype {str(query.dtype).replace('torch.', '')}"
     if not query.dtype == key.dtype == value.dtype:
         return "query, key and value dtypes differ"
     head_dim = query.shape[-1]
-    if head_dim % 8 or head_dim > MAX_KERNEL_HEAD_DIM or value.shape[-1] != head_dim:
-        return f"head_dim {head_dim} (the kernels take multiples of 8 up to 128)"
-    if query.shape[1] != key.shape[1]:
-        return "grouped-query attention (fewer key heads than query heads)"
-    if any(t.stride(-1) != 1 for t in (query, key, value)):
-        return "a last dimension that is not contiguous"
-    if dropout > 0:
-        return "dropout"
+    if head_dim % 8 or head_dim > MAX_KERNEL_HEAD_DIM:
+        return f"head_dim {head_dim} (kernels: a multiple of 8 up to {MAX_KERNEL_HEAD_DIM})"
+    if key.shape[-1] != head_dim or value.shape[-1] != head_dim:
+        return "key/value head_dim differs from the query's"
     return None
 
 
+# --- fallbacks --------------------------------------------------------------------------------
+
+def _repeat_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
+    return t if groups == 1 else t.repeat_interleave(groups, dim=1)
+
+
 def sdpa_fallback(query, key, value, attention_mask, scaling, dropout, is_causal) -> torch.Tensor:
-    """Exactly what transformers' sdpa_attention_forward computes, [B, H, Sq, D]."""
+    """Exactly what transformers' sdpa_attention_forward computes, [B, H_q, Sq, D]."""
     q_len, k_len = query.shape[2], key.shape[2]
     if attention_mask is not None:
         attention_mask = attention_mask[..., :k_len]
-    if query.shape[1] != key.shape[1]:
-        repeat = query.shape[1] // key.shape[1]
-        key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
+    groups = query.shape[1] // key.shape[1]
+    key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     causal = q_len > 1 and attention_mask is None and is_causal
     if causal and k_len > q_len:
         key, value = key[:, :, :q_len], value[:, :, :q_len]
@@ -176,15 +357,61 @@ def sdpa_fallback(query, key, value, attention_mask, scaling, dropout, is_causal
                                           dropout_p=dropout, scale=scaling, is_causal=causal)
 
 
+def eager_fallback(query, key, value, attention_mask, scaling, dropout, is_causal, *,
+                   softcap=None, s_aux=None, head_mask=None, training=False) -> torch.Tensor:
+    """transformers' eager formula with softcap (Gemma 2), sinks (GPT-OSS) and head_mask."""
+    q_len, k_len = query.shape[2], key.shape[2]
+    groups = query.shape[1] // key.shape[1]
+    key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        m = attention_mask[..., :k_len]
+        scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
+    elif is_causal and q_len > 1:       # SDPA's top-left is_causal
+        keep = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if s_aux is not None:
+        sinks = s_aux.reshape(1, -1, 1, 1).to(scores.dtype).expand(scores.shape[0], -1, q_len, 1)
+        scores = torch.cat([scores, sinks], dim=-1)
+        scores = scores - scores.max(dim=-1, keepdim=True).values
+        probs = torch.softmax(scores, dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+    probs = probs.nan_to_num(0.0)
+    if head_mask is not None:
+        probs = probs * head_mask
+    probs = F.dropout(probs, p=dropout, training=training and dropout > 0)
+    return torch.matmul(probs.to(value.dtype), value)
+
+
+def _position_bias_mask(position_bias, attention_mask, is_causal, query, key) -> torch.Tensor:
+    """transformers' create_position_bias_mask (5.x): the bias and the mask as one float mask."""
+    if attention_mask is None:
+        if is_causal and query.shape[2] > 1:
+            q_len, k_len = query.shape[2], key.shape[2]
+            keep = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril()
+            return torch.where(keep, position_bias, float("-inf"))
+        return position_bias
+    attention_mask = attention_mask[..., :key.shape[2]]
+    if attention_mask.dtype == torch.bool:
+        return torch.where(attention_mask, position_bias, float("-inf"))
+    return position_bias + attention_mask
+
+
+# --- the attention function -------------------------------------------------------------------
+
+def _attention_entry():
+    # Imported when first used: this module must import where the extensions are absent.
+    return importlib.import_module("task5.attention").attention
+
+
 def course_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                              value: torch.Tensor, attention_mask: torch.Tensor | None,
                              scaling: float | None = None, dropout: float = 0.0,
                              is_causal: bool | None = None, **kwargs):
-    """The attention function registered as "course_kernels" -> (output [B, Sq, H, D], None)."""
-    for name in UNSUPPORTED_KWARGS:
-        if kwargs.get(name) is not None:
-            raise ValueError(f"attn_implementation={NAME!r} does not support {name}; load the "
-                             "model with attn_implementation='eager' or 'sdpa' instead.")
+    """The attention function registered as "course_kernels" -> (output [B, Sq, H_q, D], None)."""
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
         raise ValueError(f"query, key and value must be [B, H, S, D]; got {tuple(query.shape)}, "
                          f"{tuple(key.shape)}, {tuple(value.shape)}.")
@@ -193,35 +420,66 @@ def course_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
                          f"each other or the query {tuple(query.shape)}.")
     if key.shape[2] < 1:
         raise ValueError("key and value are empty; attention needs at least one key.")
+    if query.shape[1] % key.shape[1]:
+        raise ValueError(f"{query.shape[1]} query heads are not a multiple of {key.shape[1]} "
+                         "key/value heads.")
 
     head_dim = query.shape[-1]
     default_scale = 1.0 / math.sqrt(head_dim)
     scaling = default_scale if scaling is None else float(scaling)
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
-    dropout = dropout if getattr(module, "training", False) else 0.0
+    training = bool(getattr(module, "training", False))
+    dropout = float(dropout or 0.0) if training else 0.0
+    softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
+    head_mask = kwargs.get("head_mask")
+    position_bias = kwargs.get("position_bias")
 
+    reason = None
+    if softcap is not None:
+        reason = "softcap"
+    elif s_aux is not None:
+        reason = "attention sinks (s_aux)"
+    elif head_mask is not None:
+        reason = "head_mask"
+    elif dropout > 0:
+        reason = "dropout in training"
+    else:
+        reason = _kernel_refusal(query, key, value)
     plan = None
-    if _kernel_can_run(query, key, value, dropout) is None:
-        plan = _cached_plan(query, key, attention_mask, is_causal)
-    if plan is None or plan.kind == "sdpa":
-        out = sdpa_fallback(query, key, value, attention_mask, scaling, dropout, is_causal)
+    if reason is None:
+        if position_bias is not None:
+            merged = _position_bias_mask(position_bias, attention_mask, is_causal, query, key)
+            plan = Plan("mask", mask=merged if merged.dtype in (torch.float32, query.dtype)
+                        else merged.float(), reason="position_bias")
+        else:
+            plan = _cached_plan(query, key, attention_mask, is_causal,
+                                kwargs.get("sliding_window"))
+        if plan.kind == "fallback":
+            reason = plan.reason
+
+    if reason is not None:
+        _count_fallback(reason)
+        if softcap is not None or s_aux is not None or head_mask is not None:
+            out = eager_fallback(query, key, value, attention_mask, scaling, dropout, is_causal,
+                                 softcap=softcap, s_aux=s_aux, head_mask=head_mask,
+                                 training=training)
+        else:
+            if position_bias is not None:
+                attention_mask = _position_bias_mask(position_bias, attention_mask, is_causal,
+                                                     query, key)
+            out = sdpa_fallback(query, key, value, attention_mask, scaling, dropout, is_causal)
         return out.transpose(1, 2).contiguous(), None
 
-    # The kernels scale by 1/sqrt(D); another scale (e.g. GPT-2's scale_attn_by_inverse_layer_idx)
-    # is applied to q first, which multiplies every score by the same factor.
+    _ROUTES[plan.kind] += 1
+    # The kernels scale by 1/sqrt(D); another scale (GPT-2's scale_attn_by_inverse_layer_idx,
+    # scale_attn_weights=False) is applied to q first: every score gets the same factor.
     if not math.isclose(scaling, default_scale, rel_tol=1e-9):
         query = query * (scaling / default_scale)
-    ops = kernel_ops() if query.is_cuda else torch_ops()
-    if plan.kind == "flash":
-        if plan.key_len is not None:
-            key, value = key[:, :, :plan.key_len], value[:, :, :plan.key_len]
-        out = ops.flash_attention(query, key, value, causal=plan.causal)
-    else:  # decode
-        seq_len = plan.seq_len
-        if isinstance(seq_len, torch.Tensor) and seq_len.device != query.device:
-            seq_len = seq_len.to(query.device)
-        out = ops.decode_attention_bhsd(query, key, value, seq_len)
+    if plan.key_len is not None:
+        key, value = key[:, :, :plan.key_len], value[:, :, :plan.key_len]
+    query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
+    out = _attention_entry()(query, key, value, **plan.kernel_kwargs())
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -72,18 +72,20 @@ def _attention_cases(device, dtype, gen, head_dim: int):
     causal = reference_attention(q, k, v, causal=True)
     tril = torch.ones(seq, seq, dtype=torch.bool, device=device).tril().expand(batch, 1, seq, seq)
     cases = [
-        ("prefill, no mask", q, k, v, None, None, "flash", causal),
-        ("prefill, bool causal mask", q, k, v, tril, None, "flash", causal),
-        ("prefill, float causal mask", q, k, v, _bool_to_float(tril, dtype), None, "flash", causal),
+        ("prefill, no mask", q, k, v, None, None, "structured", causal),
+        ("prefill, bool causal mask", q, k, v, tril, None, "structured", causal),
+        ("prefill, float causal mask", q, k, v, _bool_to_float(tril, dtype), None, "structured",
+         causal),
         ("prefill, mask longer than the keys", q, k, v,
          torch.cat([tril, torch.zeros(batch, 1, seq, 4, dtype=torch.bool, device=device)], -1),
-         None, "flash", causal),
-        ("prefill, scaling 0.5/sqrt(D)", q, k, v, None, 0.5 / math.sqrt(head_dim), "flash",
+         None, "structured", causal),
+        ("prefill, scaling 0.5/sqrt(D)", q, k, v, None, 0.5 / math.sqrt(head_dim), "structured",
          reference_attention(q, k, v, causal=True, scale=0.5 / math.sqrt(head_dim))),
     ]
     # An empty static cache: keys past the queries are junk that the causal path must cut.
     k_long, v_long = (torch.cat([t, torch.randn_like(t[:, :, :8]) * 1e3], dim=2) for t in (k, v))
-    cases.append(("prefill, static cache tail (no mask)", q, k_long, v_long, None, None, "flash", causal))
+    cases.append(("prefill, static cache tail (no mask)", q, k_long, v_long, None, None, "structured",
+                  causal))
 
     # Left padding: sequence 1 starts 5 tokens late; only its real rows are compared.
     pads = [0, 5]
@@ -92,7 +94,7 @@ def _attention_cases(device, dtype, gen, head_dim: int):
         keep[b, :, :, :p] = False
     pad_ref = [reference_attention(q[b:b + 1, :, p:], k[b:b + 1, :, p:], v[b:b + 1, :, p:], causal=True)
                for b, p in enumerate(pads)]
-    cases.append(("prefill, left padding", q, k, v, keep, None, "sdpa", (pad_ref, pads)))
+    cases.append(("prefill, left padding", q, k, v, keep, None, "structured", (pad_ref, pads)))
 
     full = reference_attention(q1, kc, vc)
     lengths = [cache, 11]
@@ -103,12 +105,12 @@ def _attention_cases(device, dtype, gen, head_dim: int):
     left_ref = ([reference_attention(q1[b:b + 1], kc[b:b + 1, :, p:], vc[b:b + 1, :, p:])
                  for b, p in enumerate((0, 7))], [0, 0])
     cases += [
-        ("decode, no mask", q1, kc, vc, None, None, "decode", full),
-        ("decode, all-true mask", q1, kc, vc, torch.ones_like(prefix), None, "decode", full),
-        ("decode, prefix mask (static cache)", q1, kc, vc, prefix, None, "decode", prefix_ref),
-        ("decode, float prefix mask", q1, kc, vc, _bool_to_float(prefix, dtype), None, "decode",
-         prefix_ref),
-        ("decode, left padding", q1, kc, vc, left, None, "sdpa", left_ref),
+        ("decode, no mask", q1, kc, vc, None, None, "structured", full),
+        ("decode, all-true mask", q1, kc, vc, torch.ones_like(prefix), None, "structured", full),
+        ("decode, prefix mask (static cache)", q1, kc, vc, prefix, None, "structured", prefix_ref),
+        ("decode, float prefix mask", q1, kc, vc, _bool_to_float(prefix, dtype), None,
+         "structured", prefix_ref),
+        ("decode, left padding", q1, kc, vc, left, None, "structured", left_ref),
     ]
     return cases
 
@@ -153,12 +155,13 @@ def attention_checks(device, gen) -> list[Check]:
                 check = _compare(label, first, ref, dtype)
                 check.detail += f"; {plan.kind}: {plan.reason}"
                 checks.append(check)
-    # A real additive bias (not a keep/drop mask) must not reach the kernels.
+    # A real additive bias (not a keep/drop mask) reaches the kernels as the mask tensor itself.
     q, k, _ = random_qkv(1, 2, 5, 64, device=device, generator=gen)
     bias = torch.randn(1, 1, 5, 5, device=device, generator=gen)
     plan = plan_attention(q, k, bias, True)
-    checks.append(Check("attention: an additive float bias goes to SDPA", plan.kind == "sdpa",
-                        f"planned {plan.kind!r} ({plan.reason})"))
+    checks.append(Check("attention: an additive float bias runs as the kernels' float mask",
+                        plan.kind == "mask" and plan.mask is not None
+                        and plan.mask.is_floating_point(), f"planned {plan.describe()}"))
     return checks
 
 
@@ -260,14 +263,15 @@ def inputs_group(args=None):
     module = SimpleNamespace(is_causal=True, training=False)
     q, k, v = random_qkv(1, 2, 4, 64, device=device)
     attn_bad = [
-        ("softcap", lambda: course_attention_forward(module, q, k, v, None, softcap=30.0), "softcap"),
+        ("query heads not a multiple of KV heads",
+         lambda: course_attention_forward(module, q, k[:, :1].expand(1, 3, 4, 64).contiguous(),
+                                          v[:, :1].expand(1, 3, 4, 64).contiguous(), None),
+         "multiple"),
         ("3D query", lambda: course_attention_forward(module, q[0], k, v, None), "[B, H, S, D]"),
         ("key/value shapes differ", lambda: course_attention_forward(module, q, k, v[:, :, :2], None),
          "do not match"),
         ("empty keys", lambda: course_attention_forward(module, q, k[:, :, :0], v[:, :, :0], None),
          "empty"),
-        ("head_mask", lambda: course_attention_forward(module, q, k, v, None, head_mask=torch.ones(2)),
-         "head_mask"),
     ]
     for name, fn, word in attn_bad:
         checks.append(check_raises(f"registered attention: {name} is refused", fn, (ValueError,),

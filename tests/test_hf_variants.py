@@ -1,0 +1,324 @@
+"""transformers models on our kernels (task7/hf_attention.py, task7/models.py).
+
+CPU tests run the routing with task5.attention.attention's PyTorch twin: every model and case
+with 0 fallbacks and sdpa's fp32 greedy tokens, continuation after a cache, the plan chosen for
+each kind of mask transformers builds, and the fallback counter. GPU tests run the same on the
+kernels, fp16 included.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from common.variants import Variant, reference_attention_variant
+from task7 import hf_attention, models
+from task7.hf_attention import course_attention_forward, plan_attention
+
+CPU_TOKENS = models.NEW_TOKENS   # 40, as the acceptance run (each case ~0.3 s on a CPU)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="needs an NVIDIA GPU with CUDA; none is visible to torch")
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models: one CPU thread is faster (and steadier on a busy CI machine)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def _qkv(batch, heads_q, heads_kv, seq_q, seq_k, head_dim=32, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads_q, seq_q, head_dim, generator=gen).to(dtype)
+    k = torch.randn(batch, heads_kv, seq_k, head_dim, generator=gen).to(dtype)
+    v = torch.randn(batch, heads_kv, seq_k, head_dim, generator=gen).to(dtype)
+    return q, k, v
+
+
+def _attend(q, k, v, mask, **kwargs):
+    module = SimpleNamespace(is_causal=True, training=kwargs.pop("training", False))
+    out, weights = course_attention_forward(module, q, k, v, mask, **kwargs)
+    assert weights is None
+    return out.transpose(1, 2)          # -> [B, H_q, Sq, D]
+
+
+def _sdpa_mask(batch, q_len, kv_len, q_offset, padding, window=None):
+    masking = pytest.importorskip("transformers.masking_utils")
+    kwargs = dict(q_offset=q_offset, attention_mask=padding)
+    if window:
+        kwargs.update(mask_function=masking.sliding_window_causal_mask_function(window),
+                      local_size=window)
+    return masking.sdpa_mask(batch, q_len, kv_len, **kwargs)
+
+
+def _left_padding(batch_lengths, width):
+    mask = torch.zeros(len(batch_lengths), width, dtype=torch.bool)
+    for row, n in enumerate(batch_lengths):
+        mask[row, width - n:] = True
+    return mask
+
+
+# --- the four models ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", models.CASES)
+@pytest.mark.parametrize("model", models.MODELS)
+def test_model_on_the_routing_cpu(model, case, one_thread):
+    """0 fallbacks, sdpa's fp32 greedy tokens, and the prompt in two chunks = one pass."""
+    r = models.run_case(model, case, device="cpu", new_tokens=CPU_TOKENS, fp16=False,
+                        timing=False)
+    assert r.fallbacks == 0 and r.chunked_fallbacks == 0, r.fallback_reasons
+    assert r.routes.get("structured", 0) > 0 and "fallback" not in r.routes, r.routes
+    assert r.tokens_equal, r.first_difference
+    assert r.chunked_ok, f"chunked logits differ by {r.chunked_diff:.2e}"
+
+
+def test_model_metrics_have_the_issue_names():
+    r = models.CaseResult("llama", "padded", tokens_equal=True)
+    metrics = r.metrics()
+    assert metrics["task7.hf.llama.padded.fallbacks"] == 0
+    assert metrics["task7.hf.llama.padded.tokens_equal"] == 1.0
+
+
+def test_qwen2_hybrid_sliding_layers_and_a_decode_chunk(one_thread):
+    """Qwen2 with a sliding layer beside a full one (two masks per forward, both cached), the
+    prompt in three chunks: prefill, a multi-token chunk across the window, a single token."""
+    transformers = pytest.importorskip("transformers")
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    config = models.model_config("qwen2").to_dict()
+    config.update(use_sliding_window=True, max_window_layers=1, sliding_window=12,
+                  layer_types=None)
+    config = transformers.Qwen2Config(**config)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    if "sliding_attention" not in (getattr(model.config, "layer_types", None) or []):
+        pytest.skip("this transformers version has no per-layer sliding attention for Qwen2")
+    ids, mask = models.prompts("padded", "cpu")
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask).logits.float()
+        hf_attention.use_course_attention(model)
+        hf_attention.reset_counters()
+        cache = DynamicCache(config=model.config)
+        pieces = []
+        for lo, hi in ((0, 30), (30, 47), (47, 48)):
+            out = model(input_ids=ids[:, lo:hi], attention_mask=mask[:, :hi],
+                        past_key_values=cache, use_cache=True)
+            pieces.append(out.logits.float())
+    assert hf_attention.fallback_total() == 0, hf_attention.fallback_counts()
+    chunked = torch.cat(pieces, dim=1)
+    real = mask.bool()
+    diff = (chunked - full).abs().amax(-1)[real].max().item()
+    assert diff <= models.LOGIT_RTOL * max(1.0, full.abs().max().item()), diff
+
+
+# --- plans for the masks transformers builds ---------------------------------------------------
+
+def test_left_padded_prefill_is_structured():
+    padding = _left_padding([20, 15, 9], 20)
+    mask = _sdpa_mask(3, 20, 20, 0, padding)
+    q, k, v = _qkv(3, 8, 2, 20, 20)                   # GQA 4:1, KV heads as they are
+    plan = plan_attention(q, k, mask, True)
+    assert plan.kind == "structured" and plan.causal and plan.left_padding and not plan.window
+    assert plan.key_lengths.dtype == torch.int32 and plan.key_lengths.tolist() == [20, 15, 9]
+    out = _attend(q, k, v, mask)
+    ref = reference_attention_variant(q, k, v, Variant(mask=mask))
+    assert (out.double() - ref).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("q_len,q_offset", [(20, 0), (6, 14), (1, 19)])
+def test_sliding_window_with_left_padding(q_len, q_offset):
+    """Mistral's mask (kv_idx > q_idx - window on top of causal and padding): structured, with
+    the window only where it hides something, for prefill, a chunk after a cache and decode."""
+    padding = _left_padding([20, 15, 9], 20)
+    mask = _sdpa_mask(3, q_len, 20, q_offset, padding, window=7)
+    q, k, v = _qkv(3, 8, 2, q_len, 20)
+    plan = plan_attention(q, k, mask, True, sliding_window=7)
+    assert plan.kind == "structured" and plan.causal, plan.describe()
+    if q_len > 1:
+        assert plan.window == 7
+    out = _attend(q, k, v, mask, sliding_window=7)
+    ref = reference_attention_variant(q, k, v, Variant(mask=mask))
+    assert (out.double() - ref).abs().max() < 1e-5
+
+
+def test_continuation_after_a_cache_is_bottom_right_causal():
+    """Sq < Sk without padding: transformers' mask is the bottom-right triangle."""
+    mask = _sdpa_mask(2, 5, 12, 7, None)
+    q, k, v = _qkv(2, 4, 4, 5, 12)
+    plan = plan_attention(q, k, mask, True)
+    assert plan.kind == "structured" and plan.causal and plan.key_lengths is None
+    ref = reference_attention_variant(q, k, v, Variant(causal=True))
+    assert (_attend(q, k, v, mask).double() - ref).abs().max() < 1e-5
+
+
+def test_static_cache_prefix_is_structured_and_with_padding_is_a_mask():
+    filled = torch.zeros(2, 28, dtype=torch.bool)
+    filled[:, :21] = True                            # a static cache of 28, 21 filled
+    decode = _sdpa_mask(2, 1, 28, 20, filled)
+    q, k, v = _qkv(2, 4, 2, 1, 28)
+    plan = plan_attention(q, k, decode, True)
+    assert plan.kind == "structured" and not plan.left_padding
+    assert plan.key_lengths.tolist() == [21, 21]
+    # left padding inside a static cache: keys [begin, 21) is no single description
+    padded = filled.clone()
+    padded[1, :6] = False
+    prefill = _sdpa_mask(2, 21, 28, 0, padded)
+    q, k, v = _qkv(2, 4, 2, 21, 28)
+    plan = plan_attention(q, k, prefill, True)
+    assert plan.kind == "mask" and plan.mask.dtype == torch.bool and plan.causal
+    ref = reference_attention_variant(q, k, v, Variant(mask=prefill))
+    assert (_attend(q, k, v, prefill).double() - ref).abs().max() < 1e-5
+
+
+def test_old_float_masks_and_real_biases():
+    """transformers 4.48-4.52 pass 0 / dtype-minimum float masks: the same structured plans.
+    A real bias goes to the kernels as the additive float mask itself, not to SDPA."""
+    padding = _left_padding([12, 7], 12)
+    keep = _sdpa_mask(2, 12, 12, 0, padding)
+    additive = torch.where(keep, 0.0, torch.finfo(torch.float32).min)
+    q, k, v = _qkv(2, 4, 2, 12, 12)
+    plan = plan_attention(q, k, additive, True)
+    assert plan.kind == "structured" and plan.key_lengths.tolist() == [12, 7]
+    bias = torch.randn(1, 1, 12, 12, generator=torch.Generator().manual_seed(1))
+    plan = plan_attention(q, k, bias, True)
+    assert plan.kind == "mask" and plan.mask.is_floating_point()
+    ref = reference_attention_variant(q, k, v, Variant(mask=bias))
+    assert (_attend(q, k, v, bias).double() - ref).abs().max() < 1e-5
+
+
+def test_random_and_per_head_masks_run_as_mask_tensors():
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = _qkv(2, 4, 1, 9, 13)                   # MQA
+    mask = torch.rand(2, 4, 9, 13, generator=gen) > 0.4
+    mask[0, 1, 3] = False                            # a row that sees nothing: zeros
+    plan = plan_attention(q, k, mask, True)
+    assert plan.kind == "mask"
+    out = _attend(q, k, v, mask)
+    ref = reference_attention_variant(q, k, v, Variant(mask=mask))
+    assert (out.double() - ref).abs().max() < 1e-5
+    assert out[0, 1, 3].abs().max() == 0
+
+
+def test_no_mask_plans_follow_sdpa():
+    q, k, _ = _qkv(1, 4, 2, 7, 7)
+    assert plan_attention(q, k, None, True).causal
+    assert not plan_attention(q, k, None, False).causal
+    q1, k12, _ = _qkv(1, 4, 2, 1, 12)
+    plan = plan_attention(q1, k12, None, True, sliding_window=4)
+    assert plan.kind == "structured" and plan.window == 4
+    q7, _, _ = _qkv(1, 4, 2, 7, 12)                  # an empty static cache: tail cut off
+    assert plan_attention(q7, k12, None, True).key_len == 7
+
+
+def test_one_verdict_per_mask_object(monkeypatch):
+    padding = _left_padding([10, 6], 10)
+    mask = _sdpa_mask(2, 10, 10, 0, padding)
+    q, k, v = _qkv(2, 4, 2, 10, 10)
+    calls = []
+    real = hf_attention.plan_from_mask
+    monkeypatch.setattr(hf_attention, "plan_from_mask",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for _ in range(3):                               # three layers, one mask
+        _attend(q, k, v, mask)
+    assert len(calls) == 1
+    _attend(q, k, v, mask.clone())                   # a new mask: a new verdict
+    assert len(calls) == 2
+
+
+# --- fallbacks, counted --------------------------------------------------------------------
+
+def test_fallbacks_are_counted_with_their_reason():
+    hf_attention.reset_counters()
+    q, k, v = _qkv(1, 4, 2, 6, 6)
+    _attend(q, k, v, None)
+    assert hf_attention.fallback_total() == 0 and hf_attention.call_counts() == {"structured": 1}
+
+    # softcap (Gemma 2): the eager formula, which SDPA cannot do either
+    out = _attend(q, k, v, None, softcap=2.0)
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scores = torch.tanh((q @ kk.transpose(-1, -2)) / 32 ** 0.5 / 2.0) * 2.0
+    scores = scores.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), float("-inf"))
+    assert torch.allclose(out, torch.softmax(scores, -1) @ vv, atol=1e-5)
+
+    _attend(q, k, v, None, dropout=0.5, training=True)      # dropout while training
+    _attend(q, k, v, None, dropout=0.5, training=False)     # eval: no dropout, kernels
+    q9, k9, v9 = _qkv(1, 2, 2, 3, 3, head_dim=12)           # head_dim not a multiple of 8
+    _attend(q9, k9, v9, None)
+    sinks = torch.zeros(4)
+    _attend(q, k, v, None, s_aux=sinks)
+    counts = hf_attention.fallback_counts()
+    assert counts.pop("softcap") == 1 and counts.pop("dropout in training") == 1
+    assert counts.pop("attention sinks (s_aux)") == 1
+    assert [k for k in counts] == ["head_dim 12 (kernels: a multiple of 8 up to 128)"]
+    assert hf_attention.fallback_total() == 4
+    assert hf_attention.call_counts()["structured"] == 2
+    hf_attention.reset_counters()
+    assert hf_attention.fallback_total() == 0 and hf_attention.call_counts() == {}
+
+
+def test_sinks_fallback_is_gpt_oss_eager():
+    q, k, v = _qkv(1, 4, 2, 5, 5)
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(3))
+    out = _attend(q, k, v, None, s_aux=sinks)
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scores = (q @ kk.transpose(-1, -2)) / 32 ** 0.5
+    scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))
+    combined = torch.cat([scores, sinks.view(1, 4, 1, 1).expand(1, 4, 5, 1)], -1)
+    probs = torch.softmax(combined, -1)[..., :-1]
+    assert torch.allclose(out, probs @ vv, atol=1e-5)
+
+
+def test_bad_head_ratio_is_refused():
+    q, k, v = _qkv(1, 4, 3, 2, 2)
+    with pytest.raises(ValueError, match="multiple"):
+        _attend(q, k, v, None)
+
+
+# --- GPU: the kernels ------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@needs_cuda
+@pytest.mark.parametrize("case", models.CASES)
+@pytest.mark.parametrize("model", models.MODELS)
+def test_model_on_the_kernels_gpu(model, case):
+    """The acceptance run: 0 fallbacks, identical fp32 greedy tokens over 40 new tokens, the
+    continuation after a cache, fp16 first-step logits within tolerance."""
+    r = models.run_case(model, case, device="cuda", new_tokens=models.NEW_TOKENS, timing=False)
+    assert r.fallbacks == 0 and r.chunked_fallbacks == 0, r.fallback_reasons
+    assert r.tokens_equal, r.first_difference
+    assert r.chunked_ok, f"chunked logits differ by {r.chunked_diff:.2e}"
+    assert r.fp16_ok, f"fp16 logits error {r.fp16_err:.2e} > {r.fp16_tol:.2e}"
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_plans_on_the_kernels_gpu(dtype):
+    """Every plan kind on the kernels against the float64 truth (FlashAttention-2's criterion)."""
+    from common.variants import fa2_criterion, pytorch_attention_variant
+
+    padding = _left_padding([40, 33, 17], 40).cuda()
+    masking = pytest.importorskip("transformers.masking_utils")
+    cases = [
+        ("left-padded prefill", 40, 0, masking.sdpa_mask(3, 40, 40, attention_mask=padding,
+                                                         device="cuda")),
+        ("window 7, chunk after a cache", 9, 31,
+         masking.sdpa_mask(3, 9, 40, q_offset=31, attention_mask=padding, device="cuda",
+                           mask_function=masking.sliding_window_causal_mask_function(7),
+                           local_size=7)),
+        ("left-padded decode", 1, 39, masking.sdpa_mask(3, 1, 40, q_offset=39,
+                                                        attention_mask=padding, device="cuda")),
+        ("random mask", 40, 0, torch.rand(3, 1, 40, 40, device="cuda") > 0.3),
+    ]
+    for name, q_len, _, mask in cases:
+        q, k, v = (t.cuda() for t in _qkv(3, 8, 2, q_len, 40, head_dim=64, dtype=dtype))
+        out = _attend(q, k, v, mask)
+        variant = Variant(mask=mask)
+        ok, err, bound = fa2_criterion(out, reference_attention_variant(q, k, v, variant),
+                                       pytorch_attention_variant(q, k, v, variant))
+        assert ok, f"{name}: error {err:.2e} > {bound:.2e}"
