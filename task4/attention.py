@@ -37,18 +37,53 @@ def _extension():
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(head_dim) [+ causal mask]) v on the fused kernel.
+                    out: torch.Tensor | None = None, *, window: int | None = None,
+                    stride: int = 1, mask: torch.Tensor | None = None,
+                    key_lengths: torch.Tensor | None = None,
+                    left_padding: bool = False) -> torch.Tensor:
+    """softmax(q k^T / sqrt(head_dim) [+ mask]) v on the fused kernel.
 
-    q, k, v: [B, heads, S, head_dim] CUDA tensors of one dtype, any strides with a contiguous
-    last dimension; head_dim a multiple of 8 up to 128. fp32 runs the course kernel, fp16 and
-    bf16 the tensor-core kernel. Returns a new contiguous [B, heads, S, head_dim] tensor, or
-    writes `out` (same shape and dtype, any strides with a contiguous last dimension) and
-    returns it. Bad input raises ValueError or TypeError from the extension.
+    q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D]: CUDA tensors of one dtype, any strides
+    with a contiguous last dimension; head_dim a multiple of 8 up to 128. fp32 runs the
+    course kernel, fp16 and bf16 the tensor-core kernel. Returns a new contiguous
+    [B, H_q, S_q, D] tensor, or writes `out` (same shape and dtype, any strides with a
+    contiguous last dimension) and returns it. Bad input raises ValueError or TypeError.
+
+    Beyond self-attention (common/variants.py has the exact definitions):
+      * H_q a multiple of H_kv: grouped-query / multi-query attention;
+      * S_q != S_k: the queries are the last S_q positions, causal is bottom-right aligned
+        (query i sees key j iff j <= i + S_k - S_q; a chunk after a cache, a decode step);
+      * window: key j visible iff j > pos(i) - window (transformers' sliding window);
+      * stride: key j visible iff (pos(i) - j) % stride == 0;
+      * mask: bool (True = keep) or additive float, broadcastable to [B, H_q, S_q, S_k];
+      * key_lengths [B] int32: valid keys [0, len) per sequence, or with left_padding the
+        last len keys (transformers' left-padded batches).
+    A query row that sees no key outputs zeros. Key tiles that no row of a query tile can
+    see are never loaded, so a sliding window costs S * window, not S^2.
     """
+    if window is not None and window < 1:
+        raise ValueError(f"window must be at least 1 (a query sees itself) but is {window}; "
+                         "pass None for no window.")
+    if key_lengths is not None:
+        check_key_lengths(key_lengths, k.shape[2] if k.dim() == 4 else 0)
     ext = _extension()
     fn = ext.flash_attention_mma if q.dtype in HALF_DTYPES else ext.flash_attention_fp32
-    return call_extension(fn, q, k, v, causal, out)
+    return call_extension(fn, q, k, v, causal, out, window, stride, mask, key_lengths,
+                          left_padding)
+
+
+def check_key_lengths(key_lengths: torch.Tensor, seq_k: int) -> None:
+    """Lengths must lie in [0, seq_k]. Checked on the host (one sync) except while a CUDA
+    graph is being captured, where the kernels clamp them on the device instead."""
+    if not isinstance(key_lengths, torch.Tensor):
+        raise TypeError(f"key_lengths must be an int32 tensor, not {type(key_lengths).__name__}.")
+    if key_lengths.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    if key_lengths.numel() and not key_lengths.is_floating_point():
+        low, high = int(key_lengths.min()), int(key_lengths.max())
+        if low < 0 or high > seq_k:
+            raise ValueError(f"key_lengths must lie in [0, {seq_k}] (the number of keys) but "
+                             f"range over [{low}, {high}].")
 
 
 class CustomFlashAttention(nn.Module):

@@ -14,10 +14,16 @@ torch::Tensor custom_flash_attention(torch::Tensor q, torch::Tensor k, torch::Te
                                      std::optional<torch::Tensor> out);
 // fp32, q/k/v [B, H, S, D] with any strides whose last dimension is contiguous.
 torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
-                                   std::optional<torch::Tensor> out);
+                                   std::optional<torch::Tensor> out, std::optional<int64_t> window,
+                                   int64_t stride, std::optional<torch::Tensor> mask,
+                                   std::optional<torch::Tensor> key_lengths, bool left_padding);
 // fp16 or bf16, q/k/v [B, H, S, D] with any strides whose last dimension is contiguous.
+// Both take attention variants (common/variants.py): q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D],
+// window (None = none), stride, a mask tensor, per-sequence key lengths.
 torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
-                                  std::optional<torch::Tensor> out);
+                                  std::optional<torch::Tensor> out, std::optional<int64_t> window,
+                                  int64_t stride, std::optional<torch::Tensor> mask,
+                                  std::optional<torch::Tensor> key_lengths, bool left_padding);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 4: fused FlashAttention-2 forward kernels";
@@ -26,8 +32,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("v"), py::arg("num_heads"), py::arg("causal") = false, py::arg("out") = py::none());
   m.def("flash_attention_fp32", &flash_attention_fp32,
         "FlashAttention-2 forward, fp32 CUDA cores, q/k/v [B, H, S, D]", py::arg("q"),
-        py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none());
+        py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none(),
+        py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
+        py::arg("key_lengths") = py::none(), py::arg("left_padding") = false);
   m.def("flash_attention_mma", &flash_attention_mma,
         "FlashAttention-2 forward, fp16/bf16 tensor cores, q/k/v [B, H, S, D]", py::arg("q"),
-        py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none());
+        py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none(),
+        py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
+        py::arg("key_lengths") = py::none(), py::arg("left_padding") = false);
 }

@@ -40,11 +40,14 @@
 // head_dim is a template too: padded up to 32, 64 or 128, with the padding columns
 // zero-filled on load (so dot products are unchanged) and never written out.
 //
-// Measured on the H100 80GB HBM3, torch 2.11 + CUDA 13.0 (results/h100.json, commit e831033; Results.md):
-//   (B,H,S,D) = (64,32,4096,128): 37.6 TFLOP/s non-causal, 36.6 causal;
-//   SDPA's EFFICIENT backend (fp32) in the same run: 48.0 and 46.6,
-//   so 0.78x and 0.78x. The tile configs, timed in one earlier run at that
-//   shape (non-causal): config 0 37.9, config 1 34.6, config 2 36.5 TFLOP/s: 0 is the default.
+// Attention variants (the reference solution's extension, beyond the course): GQA/MQA,
+// S_q != S_k with bottom-right causal, sliding windows, strides, a mask tensor and
+// per-sequence key lengths all come from one predicate, attn::KeyMask
+// (common/csrc/attention_mask.cuh). The course's dense attention instantiates it with
+// kGeneral = false: the sequence end and the causal diagonal only, as before.
+//
+// Measured speed, per config and against SDPA in the same run: Results.md (rendered from
+// results/<gpu>.json).
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -56,6 +59,7 @@
 #include <string>
 
 #include "attention_checks.cuh"
+#include "attention_mask.cuh"
 
 namespace {
 
@@ -117,10 +121,16 @@ struct FlashParams {
   int64_t v_stride_b, v_stride_h, v_stride_s;
   int64_t o_stride_b, o_stride_h, o_stride_s;
   int heads;
-  int seq;
+  int seq;           // query rows (S_q)
   int head_dim;
   float scale_log2;  // log2(e) / sqrt(head_dim): scores * scale_log2 feed exp2f
   bool causal;
+  // Beyond the course (filled by the host before the course's part): keys may differ from
+  // queries in number (seq_k) and heads (GQA: query head h reads K/V head h / kv_group), and
+  // `mask` describes which keys each row sees (for the course: causal or not, seq_k = seq).
+  int seq_k;
+  int kv_group;
+  attn::MaskParams mask;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -190,7 +200,7 @@ __device__ __forceinline__ float component(const float4& f, int i) {
 // The kernel: grid (batch * heads, query tiles), Cfg::threads threads
 // ---------------------------------------------------------------------------------------
 
-template <class Cfg, int HEAD_DIM_PAD>
+template <class Cfg, int HEAD_DIM_PAD, bool kGeneral>
 __global__ void __launch_bounds__(Cfg::threads, 1)
     flash_attention_fp32_kernel(const FlashParams p) {
   // BEGIN SOLUTION kernel
@@ -228,8 +238,9 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const int q_start = q_tile_index * kRowsPerQTile;
 
   const float* q_head = p.q + batch_index * p.q_stride_b + head_index * p.q_stride_h;
-  const float* k_head = p.k + batch_index * p.k_stride_b + head_index * p.k_stride_h;
-  const float* v_head = p.v + batch_index * p.v_stride_b + head_index * p.v_stride_h;
+  const int kv_head_index = head_index / p.kv_group;  // GQA: a group shares K and V
+  const float* k_head = p.k + batch_index * p.k_stride_b + kv_head_index * p.k_stride_h;
+  const float* v_head = p.v + batch_index * p.v_stride_b + kv_head_index * p.v_stride_h;
   float* const out_head = p.out + batch_index * p.o_stride_b + head_index * p.o_stride_h;
 
   const int tid = threadIdx.x;
@@ -243,10 +254,17 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   // This thread's keys in a key tile: col_lane + 8 * j (8 consecutive keys per instruction).
   // This thread's O columns: chunk c covers c * 32 + col_lane * 4 + (0..3).
 
-  // Key tiles to visit: all, or (causal) up to the one holding this tile's last row.
-  const int kv_tiles_all = (seq + kRowsPerKvTile - 1) / kRowsPerKvTile;
-  const int kv_tiles_causal = (q_start + kRowsPerQTile + kRowsPerKvTile - 1) / kRowsPerKvTile;
-  const int num_kv_tiles = p.causal ? min(kv_tiles_all, kv_tiles_causal) : kv_tiles_all;
+  // Key tiles to visit: those holding a key some row of this tile sees (causal: up to the
+  // tile's last row; a window: from its first row's window on). Tiles in
+  // [unmasked_begin, unmasked_end) are visible to every row: no mask there.
+  const attn::KeyMask<kGeneral> mask(p.mask, batch_index, head_index);
+  const int q_last = q_start + kRowsPerQTile - 1;
+  const int first_kv_tile = max(mask.keys_begin(q_start), 0) / kRowsPerKvTile;
+  const int end_kv_tile =
+      max(first_kv_tile, (mask.keys_end(q_last) + kRowsPerKvTile - 1) / kRowsPerKvTile);
+  const int2 unmasked = mask.unmasked_keys(q_start, q_last);
+  const int unmasked_begin = (unmasked.x + kRowsPerKvTile - 1) / kRowsPerKvTile;
+  const int unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / kRowsPerKvTile : 0;
 
   float o_acc[kRowsPerThread][kOutChunks * 4];
   float row_max[kRowsPerThread];  // m, in log2 units (score * scale_log2); same on all 8 lanes
@@ -263,10 +281,11 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   load_tile_async<kRowsPerQTile, HEAD_DIM_PAD, Cfg::threads>(
       q_tile, Layout::qk_stride, q_head, p.q_stride_s, q_start, seq, p.head_dim, tid);
   load_tile_async<kRowsPerKvTile, HEAD_DIM_PAD, Cfg::threads>(
-      k_tile, Layout::qk_stride, k_head, p.k_stride_s, 0, seq, p.head_dim, tid);
+      k_tile, Layout::qk_stride, k_head, p.k_stride_s, first_kv_tile * kRowsPerKvTile, p.seq_k,
+      p.head_dim, tid);
   copy_async_commit();
 
-  for (int kv_tile = 0; kv_tile < num_kv_tiles; ++kv_tile) {
+  for (int kv_tile = first_kv_tile; kv_tile < end_kv_tile; ++kv_tile) {
     const int kv_start = kv_tile * kRowsPerKvTile;
 
     // K of this tile has landed (our copies) and is visible (everyone's, after the barrier).
@@ -274,7 +293,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     copy_async_wait_all();
     __syncthreads();
     load_tile_async<kRowsPerKvTile, HEAD_DIM_PAD, Cfg::threads>(
-        v_tile, Layout::v_stride, v_head, p.v_stride_s, kv_start, seq, p.head_dim, tid);
+        v_tile, Layout::v_stride, v_head, p.v_stride_s, kv_start, p.seq_k, p.head_dim, tid);
     copy_async_commit();
 
     // scores = Q K^T for this thread's rows x keys, 4 head_dim columns per step.
@@ -305,24 +324,21 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
       }
     }
 
-    // Mask only where it can matter: the tile holding the sequence end (keys >= seq are
-    // zero-filled padding) and, when causal, tiles with a key past the tile's first row.
-    const bool tail_tile = kv_start + kRowsPerKvTile > seq;
-    const bool diagonal_tile = p.causal && kv_start + kRowsPerKvTile - 1 > q_start;
-    if (tail_tile || diagonal_tile) {
+    // Mask only where it can matter: the tile holding the sequence end (keys >= seq_k are
+    // zero-filled padding), tiles across the causal diagonal or a window's edge, and every
+    // tile of a stride or a mask tensor.
+    if (kv_tile < unmasked_begin || kv_tile >= unmasked_end) {
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {
         const int row = q_start + first_row + Cfg::row_lanes * i;
 #pragma unroll
-        for (int j = 0; j < kKeysPerThread; ++j) {
-          const int key = kv_start + col_lane + Cfg::col_lanes * j;
-          if (key >= seq || (p.causal && key > row)) score[i][j] = -INFINITY;
-        }
+        for (int j = 0; j < kKeysPerThread; ++j)
+          score[i][j] = mask.apply(score[i][j], row, kv_start + col_lane + Cfg::col_lanes * j);
       }
     }
 
-    // Online softmax, row by row. Every row sees key 0 in the first tile, so m is finite
-    // from then on; the m_use guard only keeps a fully masked row at 0 instead of NaN.
+    // Online softmax, row by row. A row that has seen no visible key yet keeps m = -inf:
+    // the m_use guard keeps its p, l and O at 0 instead of NaN.
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       float tile_max = score[i][0];
@@ -360,9 +376,9 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     // the next tile while we compute P V.
     copy_async_wait_all();
     __syncthreads();
-    if (kv_tile + 1 < num_kv_tiles) {
+    if (kv_tile + 1 < end_kv_tile) {
       load_tile_async<kRowsPerKvTile, HEAD_DIM_PAD, Cfg::threads>(
-          k_tile, Layout::qk_stride, k_head, p.k_stride_s, kv_start + kRowsPerKvTile, seq,
+          k_tile, Layout::qk_stride, k_head, p.k_stride_s, kv_start + kRowsPerKvTile, p.seq_k,
           p.head_dim, tid);
       copy_async_commit();
     }
@@ -403,6 +419,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
       total += __shfl_xor_sync(0xffffffffu, total, offset);
     const int row = q_start + first_row + Cfg::row_lanes * i;
+    // A row that saw no visible key has l = 0 and O = 0: it outputs zeros.
+    const float denom = total > 0.f ? total : 1.f;
     if (row < seq) {
       float* const out_row = out_head + static_cast<int64_t>(row) * p.o_stride_s;
 #pragma unroll
@@ -410,8 +428,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
         const int col = c * 32 + col_lane * 4;
         if (col < p.head_dim) {
           *reinterpret_cast<float4*>(out_row + col) =
-              make_float4(o_acc[i][c * 4 + 0] / total, o_acc[i][c * 4 + 1] / total,
-                          o_acc[i][c * 4 + 2] / total, o_acc[i][c * 4 + 3] / total);
+              make_float4(o_acc[i][c * 4 + 0] / denom, o_acc[i][c * 4 + 1] / denom,
+                          o_acc[i][c * 4 + 2] / denom, o_acc[i][c * 4 + 3] / denom);
         }
       }
     }
@@ -433,20 +451,26 @@ struct KernelChoice {
   size_t smem_bytes;
 };
 
-template <class Cfg, int HEAD_DIM_PAD>
+template <class Cfg, int HEAD_DIM_PAD, bool kGeneral>
 KernelChoice make_choice(int config) {
-  return {flash_attention_fp32_kernel<Cfg, HEAD_DIM_PAD>, config, Cfg::rows_per_q_tile,
+  return {flash_attention_fp32_kernel<Cfg, HEAD_DIM_PAD, kGeneral>, config, Cfg::rows_per_q_tile,
           Cfg::threads, SmemLayout<Cfg, HEAD_DIM_PAD>::bytes};
 }
 
-template <class Cfg>
+template <class Cfg, bool kGeneral = false>
 KernelChoice choice_for_head_dim(int config, int64_t head_dim) {
-  if (head_dim <= 32) return make_choice<Cfg, 32>(config);
-  if (head_dim <= 64) return make_choice<Cfg, 64>(config);
-  return make_choice<Cfg, 128>(config);
+  if (head_dim <= 32) return make_choice<Cfg, 32, kGeneral>(config);
+  if (head_dim <= 64) return make_choice<Cfg, 64, kGeneral>(config);
+  return make_choice<Cfg, 128, kGeneral>(config);
 }
 
-KernelChoice choice_for(int config, int64_t head_dim) {
+// A pattern beyond causal (window, stride, lengths, a mask tensor) runs the general
+// predicate, instantiated for configs 0 and 1 (1 where 0's shared memory does not fit).
+KernelChoice choice_for(int config, int64_t head_dim, bool general) {
+  if (general) {
+    return config == 1 ? choice_for_head_dim<Config1, true>(config, head_dim)
+                       : choice_for_head_dim<Config0, true>(0, head_dim);
+  }
   switch (config) {
     case 1: return choice_for_head_dim<Config1>(config, head_dim);
     case 2: return choice_for_head_dim<Config2>(config, head_dim);
@@ -476,10 +500,10 @@ int max_smem_optin(int device) {
 }
 
 // The requested config if its shared memory fits this GPU, else config 1 (the smallest).
-KernelChoice choose_kernel(int64_t head_dim, int device) {
+KernelChoice choose_kernel(int64_t head_dim, int device, bool general) {
   const int limit = max_smem_optin(device);
-  KernelChoice choice = choice_for(requested_config(), head_dim);
-  if (choice.smem_bytes > static_cast<size_t>(limit)) choice = choice_for(1, head_dim);
+  KernelChoice choice = choice_for(requested_config(), head_dim, general);
+  if (choice.smem_bytes > static_cast<size_t>(limit)) choice = choice_for(1, head_dim, general);
   TORCH_CHECK(choice.smem_bytes <= static_cast<size_t>(limit), attn::str("flash_attention_fp32 needs ",
               choice.smem_bytes, " bytes of shared memory per block at head_dim ", head_dim,
               " but this GPU allows ", limit, "."));
@@ -513,20 +537,26 @@ torch::Tensor aligned_or_copy(const torch::Tensor& t) {
 
 }  // namespace
 
-// fp32, q/k/v [B, H, S, D] with any strides whose last dimension is contiguous.
+// fp32, q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D] with any strides whose last dimension is
+// contiguous, and the attention variants of common/variants.py (attention_mask.cuh).
 torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
-                                   std::optional<torch::Tensor> out) {
+                                   std::optional<torch::Tensor> out, std::optional<int64_t> window,
+                                   int64_t stride, std::optional<torch::Tensor> mask,
+                                   std::optional<torch::Tensor> key_lengths, bool left_padding) {
   check_bhsd(q, "q");
   check_bhsd(k, "k");
   check_bhsd(v, "v");
   attn::check_same(q, "q", k, "k");
   attn::check_same(q, "q", v, "v");
-  TORCH_CHECK_VALUE(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-                    attn::str("q, k and v must have the same shape [batch, heads, seq, head_dim] "
-                    "(self-attention) but q is ",
-                    q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), "."));
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
+                    attn::str("k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch and "
+                    "head_dim, q being [batch, heads, seq_q, head_dim]; got q ", q.sizes(), ", k ",
+                    k.sizes(), " and v ", v.sizes(), "."));
   attn::check_nonempty(q, "q");
+  attn::check_nonempty(k, "k");
+  const int kv_group = attn::kv_group_size(q, k);
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
+  TORCH_CHECK_VALUE(k.size(2) <= INT32_MAX / 2, attn::str("seq_k ", k.size(2), " must fit in 31 bits."));
   TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim <= 128, attn::str("head_dim is ", head_dim,
                     " but this kernel takes a multiple of 8 up to 128."));
   TORCH_CHECK_VALUE(batch * heads <= INT32_MAX && seq <= INT32_MAX,
@@ -539,8 +569,12 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
                       " but has ", out->sizes(), "."));
   }
 
+  // An additive mask value a (logit units) is a * sqrt(D) in the kernel's raw score units.
+  const attn::MaskParams mask_params = attn::make_mask_params(q, k, causal, window, stride, mask,
+      key_lengths, left_padding, static_cast<float>(std::sqrt(static_cast<double>(head_dim))));
+
   const c10::cuda::CUDAGuard device_guard(q.device());
-  const KernelChoice choice = choose_kernel(head_dim, q.get_device());
+  const KernelChoice choice = choose_kernel(head_dim, q.get_device(), mask_params.general());
   const int64_t num_q_tiles = (seq + choice.rows_per_q_tile - 1) / choice.rows_per_q_tile;
   TORCH_CHECK_VALUE(num_q_tiles <= 65535, attn::str("seq ", seq, " needs ", num_q_tiles,
                     " query tiles but a grid holds at most 65535 (gridDim.y); split the sequence."));
@@ -551,6 +585,11 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
   torch::Tensor target =
       rows_are_16_byte_aligned(result) ? result : torch::empty(q.sizes(), q.options());
 
+  FlashParams params;
+  params.seq_k = static_cast<int>(k.size(2));
+  params.kv_group = kv_group;
+  params.mask = mask_params;
+
   // BEGIN SOLUTION
   // HINT: Fill a FlashParams (data pointers, the batch/head/seq strides of qa, ka, va and
   // HINT: target, heads, seq, head_dim, scale_log2 = log2(e) / sqrt(head_dim), causal). Allow the
@@ -558,7 +597,6 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
   // HINT: choice.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ...), launch it on
   // HINT: c10::cuda::getCurrentCUDAStream() with grid (batch * heads, num_q_tiles) and
   // HINT: choice.threads threads, then call attn::check_launch("flash_attention_fp32_kernel").
-  FlashParams params;
   params.q = qa.data_ptr<float>();
   params.k = ka.data_ptr<float>();
   params.v = va.data_ptr<float>();
@@ -627,6 +665,7 @@ torch::Tensor custom_flash_attention(torch::Tensor q, torch::Tensor k, torch::Te
     return t.unflatten(2, {num_heads, head_dim}).transpose(1, 2);
   };
   torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
-  flash_attention_fp32(heads_view(q), heads_view(k), heads_view(v), causal, heads_view(result));
+  flash_attention_fp32(heads_view(q), heads_view(k), heads_view(v), causal, heads_view(result),
+                       std::nullopt, 1, std::nullopt, std::nullopt, false);
   return result;
 }

@@ -26,11 +26,12 @@
 //   head_dim 32 / 96 run on their own instantiations; any other multiple of 8 up to 128 runs
 //   on the next larger one with zero-filled columns that are never written back.
 //
-// Measured on the H100 80GB HBM3, torch 2.11 + CUDA 13.0 (results/h100.json, commit e831033; Results.md), TFLOP/s and
-// the ratio to SDPA's FLASH backend (FlashAttention-2) in the same run, non-causal / causal:
-//   fp16 (4,32,4096,128): 342 (0.98x) / 312 (1.02x); (8,32,2048,64): 348 (1.19x) / 288 (1.14x)
-//   bf16 (4,32,4096,128): 352 (1.03x) / 305 (0.93x); (8,32,2048,64): 347 (1.24x) / 301 (1.25x)
-//   cuDNN's backend (Hopper wgmma) is faster still on the long sequences: see Results.md.
+// Attention variants (GQA/MQA, S_q != S_k with bottom-right causal, sliding window, stride,
+// a mask tensor, per-sequence key lengths): common/csrc/attention_mask.cuh, evaluated on the
+// tiles that need it; key tiles no row can see are never loaded.
+//
+// Measured speed: Results.md (rendered from results/<gpu>.json), against SDPA's FLASH and
+// cuDNN backends in the same run.
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -44,6 +45,7 @@
 #include <string>
 
 #include "attention_checks.cuh"
+#include "attention_mask.cuh"
 #include "flash_attention_mma.cuh"
 
 namespace {
@@ -77,7 +79,9 @@ void check_row_layout(const torch::Tensor& t, const char* name) {
 }  // namespace
 
 torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
-                                  std::optional<torch::Tensor> out) {
+                                  std::optional<torch::Tensor> out, std::optional<int64_t> window,
+                                  int64_t stride, std::optional<torch::Tensor> mask,
+                                  std::optional<torch::Tensor> key_lengths, bool left_padding) {
   // ---- validation: every bad input raises a Python ValueError / TypeError ----
   attn::check_cuda_tensor(q, "q");
   attn::check_cuda_tensor(k, "k");
@@ -85,15 +89,18 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   attn::check_dtype(q, "q", {torch::kHalf, torch::kBFloat16});
   attn::check_same(q, "q", k, "k");
   attn::check_same(q, "q", v, "v");
-  attn::check_dim(q, "q", 4, "[batch, heads, seq, head_dim]");
-  attn::check_dim(k, "k", 4, "[batch, heads, seq, head_dim]");
-  attn::check_dim(v, "v", 4, "[batch, heads, seq, head_dim]");
-  TORCH_CHECK_VALUE(k.sizes() == q.sizes() && v.sizes() == q.sizes(),
-                    attn::str("q, k and v must have the same shape [batch, heads, seq, head_dim] "
-                    "(self-attention) but have ", q.sizes(), ", ", k.sizes(), " and ", v.sizes(),
-                    "."));
+  attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
+  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
+  attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
+                    attn::str("k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch and "
+                    "head_dim, q being [batch, heads, seq_q, head_dim]; got q ", q.sizes(), ", k ",
+                    k.sizes(), " and v ", v.sizes(), "."));
   attn::check_nonempty(q, "q");
-  const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
+  attn::check_nonempty(k, "k");
+  const int kv_group = attn::kv_group_size(q, k);
+  const int64_t batch = q.size(0), heads = q.size(1), seq = std::max(q.size(2), k.size(2));
+  const int64_t head_dim = q.size(3);
   TORCH_CHECK_VALUE(head_dim <= 128, attn::str("head_dim ", head_dim, " is larger than 128, the widest "
                     "tile of this kernel; split the heads or use torch's "
                     "scaled_dot_product_attention."));
@@ -147,9 +154,13 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   p.o_row_stride = o.stride(2);
   p.batch_heads = batch * heads;
   p.heads = static_cast<int>(heads);
-  p.seq = static_cast<int>(seq);
+  p.kv_group = kv_group;
+  p.seq_q = static_cast<int>(q.size(2));
+  p.seq_k = static_cast<int>(k.size(2));
   p.head_dim = static_cast<int>(head_dim);
-  p.causal = causal ? 1 : 0;
+  // An additive mask value a (logit units) is a * sqrt(D) in the kernel's raw score units.
+  p.mask = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths, left_padding,
+                                  static_cast<float>(std::sqrt(static_cast<double>(head_dim))));
   // exp(x / sqrt(D)) = exp2(x * log2(e) / sqrt(D)); the true D, also when the kernel's tile
   // is wider (the padding columns are zero and add nothing to q.k).
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(head_dim)));

@@ -32,6 +32,8 @@
 
 #include <cstdint>
 
+#include "attention_mask.cuh"
+
 namespace mma_attn {
 
 // Everything the kernel needs, passed by value (it lives in the constant bank). Strides are
@@ -45,12 +47,13 @@ struct Params {
   int64_t k_batch_stride, k_head_stride, k_row_stride;
   int64_t v_batch_stride, v_head_stride, v_row_stride;
   int64_t o_batch_stride, o_head_stride, o_row_stride;
-  int64_t batch_heads;  // B * H
-  int heads;            // H
-  int seq;              // S (queries and keys)
+  int64_t batch_heads;  // B * H_q
+  int heads;            // H_q, the query heads
+  int kv_group;         // H_q / H_kv: query head h reads K/V head h / kv_group (GQA, MQA)
+  int seq_q, seq_k;     // queries and keys; the queries are the last seq_q positions
   int head_dim;         // D, a multiple of 8, <= the kernel's kHeadDim (the rest is zero-filled)
-  int causal;           // 1: query i sees keys 0..i
   float scale_log2;     // log2(e) / sqrt(D): exp(x / sqrt(D)) == exp2(x * scale_log2)
+  attn::MaskParams mask;  // which keys each query sees (causal, window, lengths, ...)
 };
 
 // One tile configuration. kRowsPerWarp = kBlockM / kNWarps query rows per warp (16 or 32).
@@ -317,7 +320,9 @@ struct CtaTiles {
   uint32_t smem_q, smem_k, smem_v;  // shared tiles, kTileAlign-aligned
   float* stats;                     // shared row statistics (kStatsInSmem), else unused
   int m_start;                      // first query row of the tile
-  int n_block_first_masked;         // key tiles >= this one need the elementwise mask
+  int n_block_min;                  // the lowest key tile any row of the tile sees
+  int n_block_unmasked_begin;       // key tiles in [begin, end) need no elementwise mask
+  int n_block_unmasked_end;
 };
 
 // This lane's ldmatrix addresses (see ldmatrix_x4 for which lanes address which matrix), of
@@ -380,7 +385,7 @@ __device__ __forceinline__ void init_row_state(RowState<Cfg>& st, float* stats, 
 // One key tile: S = Q K^T, the mask (on the tiles that need it), online softmax, O += P V,
 // with the loads of V[n_block] and K[n_block - 1] overlapped. __forceinline__ so that the state arrays stay in
 // registers (every index below is a compile-time constant after unrolling).
-template <typename Element, typename Cfg, typename QFrag>
+template <typename Element, typename Cfg, bool kGeneral, typename QFrag>
 __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles<Element>& cta,
                                                  const QFrag& q_frag, RowState<Cfg>& st,
                                                  int n_block) {
@@ -408,7 +413,7 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
   // K[n_block] has landed for every thread, and every warp is done with V[n_block + 1].
   cp_async_wait<0>();
   __syncthreads();
-  load_tile<Cfg, kBlockN>(cta.smem_v, cta.v_head, p.v, p.v_row_stride, n_block * kBlockN, p.seq,
+  load_tile<Cfg, kBlockN>(cta.smem_v, cta.v_head, p.v, p.v_row_stride, n_block * kBlockN, p.seq_k,
                           p.head_dim, tid);
   cp_async_commit();
 
@@ -444,9 +449,12 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
     }
   }
 
-  // ---- mask: keys >= seq, and (causal) keys after the query row ----
-  // Only on the tiles that need it (uniform branch): the diagonal tiles and the tail tile.
-  if (n_block >= cta.n_block_first_masked) {
+  // ---- mask: the one predicate of attention_mask.cuh (sequence end, causal, window,
+  // lengths, stride, mask tensor), only on the tiles that need it (a uniform branch): the
+  // tail tile and the tiles across the diagonal or the window's edge.
+  if (n_block < cta.n_block_unmasked_begin || n_block >= cta.n_block_unmasked_end) {
+    const int64_t bh = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+    const attn::KeyMask<kGeneral> mask(p.mask, bh / p.heads, bh % p.heads);
     const int lane = tid & 31;
     const int row_base = cta.m_start + (tid >> 5) * Cfg::kRowsPerWarp + (lane >> 2);
     const int col0 = n_block * kBlockN + 2 * (lane & 3);
@@ -455,14 +463,11 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row_base + mt * 16 + h * 8;
-        // The first key this row may not see. (Rows >= seq, never stored, see every key
-        // < seq and so stay finite.)
-        const int limit = p.causal ? min(p.seq, row + 1) : p.seq;
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            if (col0 + j * 8 + e >= limit) s[mt][j][2 * h + e] = -INFINITY;
+            s[mt][j][2 * h + e] = mask.apply(s[mt][j][2 * h + e], row, col0 + j * 8 + e);
       }
   }
 
@@ -470,9 +475,9 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
   // buffer is free, and K[n_block - 1] loads during the softmax and P V.
   cp_async_wait<0>();
   __syncthreads();
-  if (n_block > 0) {
+  if (n_block > cta.n_block_min) {
     load_tile<Cfg, kBlockN>(cta.smem_k, cta.k_head, p.k, p.k_row_stride, (n_block - 1) * kBlockN,
-                            p.seq, p.head_dim, tid);
+                            p.seq_k, p.head_dim, tid);
     cp_async_commit();
   }
 
@@ -562,7 +567,7 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
   // END SOLUTION
 }
 
-template <typename Element, typename Cfg>
+template <typename Element, typename Cfg, bool kGeneral>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
     flash_attention_mma_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -589,13 +594,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   // Heaviest query tiles first: under the causal mask the last tiles see the most keys, and
   // starting them first keeps the final wave short.
   const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  const int seq = p.seq;
+  const int seq_q = p.seq_q;
   const int tid = threadIdx.x;
 
   CtaTiles<Element> cta;
   cta.m_start = m_block * kBlockM;
-  cta.k_head = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + head * p.k_head_stride;
-  cta.v_head = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + head * p.v_head_stride;
+  const int64_t kv_head = head / p.kv_group;  // GQA: the query heads of a group share K/V
+  cta.k_head = static_cast<const Element*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+  cta.v_head = static_cast<const Element*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
   const Element* q_head =
       static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride;
 
@@ -609,19 +615,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   cta.smem_v = cta.smem_k + kBlockN * Smem::kRowBytes;
   cta.stats = reinterpret_cast<float*>(smem_q_ptr + (kBlockM + 2 * kBlockN) * Smem::kRowBytes);
 
-  // Key tiles [0, n_block_max) hold every key some row of this query tile may see (causal:
-  // up to its last row). Tiles >= n_block_first_masked need the elementwise mask: they hold
-  // keys >= seq, or (causal) keys beyond the tile's first row m_start.
-  const int last_key = p.causal ? min(cta.m_start + kBlockM, seq) : seq;  // exclusive
-  const int n_block_max = (last_key + kBlockN - 1) / kBlockN;  // >= 1 since m_start < seq
-  cta.n_block_first_masked = seq / kBlockN;
-  if (p.causal) cta.n_block_first_masked = min(cta.n_block_first_masked, cta.m_start / kBlockN);
+  // Key tiles [n_block_min, n_block_max) hold every key some row of this query tile may see
+  // (causal: up to its last row; a window: from its first row's window on). Tiles in
+  // [unmasked_begin, unmasked_end) are visible to every row: no elementwise mask there.
+  int n_block_min, n_block_max;
+  {
+    const attn::KeyMask<kGeneral> mask(p.mask, batch, head);
+    const int q_last = cta.m_start + kBlockM - 1;
+    n_block_min = max(mask.keys_begin(cta.m_start), 0) / kBlockN;
+    n_block_max = (mask.keys_end(q_last) + kBlockN - 1) / kBlockN;
+    n_block_max = max(n_block_max, n_block_min);  // no visible key: no tile, the rows are 0
+    const int2 unmasked = mask.unmasked_keys(cta.m_start, q_last);
+    cta.n_block_unmasked_begin = (unmasked.x + kBlockN - 1) / kBlockN;
+    cta.n_block_unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / kBlockN : 0;
+  }
+  cta.n_block_min = n_block_min;
 
-  // Prologue: Q and the first (highest) K tile in flight, as two commit groups.
-  load_tile<Cfg, kBlockM>(smem_q, q_head, p.q, p.q_row_stride, cta.m_start, seq, p.head_dim, tid);
+  // Prologue: Q and the first (highest) K tile in flight, as two commit groups (the second
+  // empty when no key is visible, so that the waits below count the same).
+  load_tile<Cfg, kBlockM>(smem_q, q_head, p.q, p.q_row_stride, cta.m_start, seq_q, p.head_dim, tid);
   cp_async_commit();
-  load_tile<Cfg, kBlockN>(cta.smem_k, cta.k_head, p.k, p.k_row_stride, (n_block_max - 1) * kBlockN,
-                          seq, p.head_dim, tid);
+  if (n_block_max > n_block_min)
+    load_tile<Cfg, kBlockN>(cta.smem_k, cta.k_head, p.k, p.k_row_stride, (n_block_max - 1) * kBlockN,
+                            p.seq_k, p.head_dim, tid);
   cp_async_commit();
 
   uint32_t q_frag[Cfg::kQInRegs ? kMTiles : 1][Cfg::kQInRegs ? kQKSteps : 1][4];
@@ -643,12 +659,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
 
   // Key tiles from the last down to the first: the masked ones (the tail tile, the tiles
   // across the diagonal) come first.
-  for (int n_block = n_block_max - 1; n_block >= 0; --n_block)
-    process_key_tile<Element, Cfg>(p, cta, q_frag, st, n_block);
+  for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block)
+    process_key_tile<Element, Cfg, kGeneral>(p, cta, q_frag, st, n_block);
 
   // ---- epilogue: O / l -> Element, staged through this warp's rows of the Q buffer ----
   // No cp.async is in flight (the last tile loads no K and waited for V). Each warp only
-  // ever read its own rows of Q, so a warp barrier is enough before overwriting them.
+  // ever read its own rows of Q, so a warp barrier is enough before overwriting them. A tile
+  // that saw no key at all (every row's keys masked away) never waited for its Q copies:
+  // they must land before the staging overwrites them.
+  if (n_block_max == n_block_min) {
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   __syncwarp();
   const int lane = tid & 31;
   const int warp_row0 = (tid >> 5) * Cfg::kRowsPerWarp;  // this warp's first row in the tile
@@ -695,7 +717,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
     const int row = warp_row0 + idx / Smem::kChunks;
     const int chunk = idx % Smem::kChunks;
     const int grow = cta.m_start + row;
-    if (grow < seq && chunk * 8 < p.head_dim) {
+    if (grow < seq_q && chunk * 8 < p.head_dim) {
       const uint4 value = *reinterpret_cast<const uint4*>(smem_q_ptr + Smem::offset(row, chunk));
       *reinterpret_cast<uint4*>(o_head + grow * p.o_row_stride + chunk * 8) = value;
     }
@@ -713,10 +735,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
 
 // Launch one instantiation on `stream`. Returns an error string, or nullptr on success (the
 // caller turns it into a Python exception with attn::check_launch and TORCH_CHECK).
-template <typename Element, typename Cfg>
+template <typename Element, typename Cfg, bool kGeneral = false>
 const char* launch_flash_attention_mma(const Params& p, cudaStream_t stream) {
   constexpr int kSmem = smem_bytes<Cfg>();
-  auto kernel = flash_attention_mma_kernel<Element, Cfg>;
+  auto kernel = flash_attention_mma_kernel<Element, Cfg, kGeneral>;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return "cudaGetDevice failed";
   if (kSmem > 48 * 1024) {
@@ -733,7 +755,7 @@ const char* launch_flash_attention_mma(const Params& p, cudaStream_t stream) {
       __atomic_fetch_or(&configured, bit, __ATOMIC_ACQ_REL);
     }
   }
-  const int num_m_blocks = static_cast<int>((p.seq + Cfg::kBlockM - 1) / Cfg::kBlockM);
+  const int num_m_blocks = static_cast<int>((p.seq_q + Cfg::kBlockM - 1) / Cfg::kBlockM);
   constexpr int64_t kMaxGridY = 65535;
   const int64_t grid_y = p.batch_heads < kMaxGridY ? p.batch_heads : kMaxGridY;
   const int64_t grid_z = (p.batch_heads + kMaxGridY - 1) / kMaxGridY;
@@ -777,9 +799,11 @@ const char* run_bf16_d64(const Params& p, int config, cudaStream_t stream);
 const char* run_bf16_d96(const Params& p, int config, cudaStream_t stream);
 const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream);
 
-// The body of each run_<dtype>_d<head_dim>: pick the instantiation.
-template <typename Element, typename C0, typename C1, typename C2>
+// The body of each run_<dtype>_d<head_dim>: pick the instantiation. A pattern beyond causal
+// (window, stride, lengths, a mask tensor) runs the general predicate on configuration 0.
+template <typename Element, typename C0, typename C1 = C0, typename C2 = C0>
 const char* run_config(const Params& p, int config, cudaStream_t stream) {
+  if (p.mask.general()) return launch_flash_attention_mma<Element, C0, true>(p, stream);
   switch (config) {
     case 1: return launch_flash_attention_mma<Element, C1>(p, stream);
     case 2: return launch_flash_attention_mma<Element, C2>(p, stream);

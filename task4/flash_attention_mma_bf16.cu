@@ -2,14 +2,14 @@
 // for the idea and flash_attention_mma.cuh for the kernel). One file per element type so the
 // build compiles them in parallel.
 //
-// Measured: see flash_attention_mma.cu and Results.md (results/h100.json).
+// Measured: Results.md (rendered from results/<gpu>.json).
 
 #include "flash_attention_mma.cuh"
 
 namespace mma_attn {
 
 const char* run_bf16_d32(const Params& p, int, cudaStream_t stream) {
-  return launch_flash_attention_mma<__nv_bfloat16, ConfigD32_0>(p, stream);
+  return run_config<__nv_bfloat16, ConfigD32_0>(p, 0, stream);
 }
 
 const char* run_bf16_d64(const Params& p, int config, cudaStream_t stream) {
@@ -17,7 +17,7 @@ const char* run_bf16_d64(const Params& p, int config, cudaStream_t stream) {
 }
 
 const char* run_bf16_d96(const Params& p, int, cudaStream_t stream) {
-  return launch_flash_attention_mma<__nv_bfloat16, ConfigD96_0>(p, stream);
+  return run_config<__nv_bfloat16, ConfigD96_0>(p, 0, stream);
 }
 
 const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream) {

@@ -17,6 +17,9 @@ Groups:
              nn.MultiheadAttention runs in fp32), same inputs, same run: ms, TFLOP/s, ratio
   mma        the fp16/bf16 tensor-core kernel's checks (task4/mma_checks.py)
   mma-bench  the tensor-core kernel against SDPA's flash and cuDNN backends
+  variants-small, variants, variants-inputs, strided, variants-bench
+             attention variants (GQA, S_q != S_k, sliding window, stride, mask tensor, key
+             lengths): task4/variants_checks.py says what each checks
 
 Every kernel output is NaN-poisoned before the kernel runs (an element it forgets to write
 shows up), each kernel runs twice on the same input and must match bit for bit (a
@@ -54,6 +57,7 @@ from common.mha import make_mha, merge_heads, mha_weights, reference_module_outp
 from common.timing import attention_flops, tflops, time_cuda
 from task4.attention import CustomFlashAttention, flash_attention
 from task4.compile import load
+from task4.variants_checks import GROUPS as VARIANT_GROUPS
 
 # --- the course protocol ------------------------------------------------------------------
 HIDDEN, HEADS, WEIGHT_SEED = 4096, 32, 41
@@ -215,7 +219,9 @@ def inputs_group(args=None):
         raises("mixed dtypes", lambda: fp32(q, k.double(), v), "dtype"),
         raises("3-D tensor", lambda: fp32(q[0], k[0], v[0]), "dimensions"),
         raises("5-D tensor", lambda: fp32(q[None], k[None], v[None]), "dimensions"),
-        raises("mismatched shapes", lambda: fp32(q, k[:, :, :8], v[:, :, :8]), "same shape"),
+        raises("k and v of different lengths", lambda: fp32(q, k[:, :, :8], v), "k and v"),
+        raises("3 query heads over 2 KV heads", lambda: fp32(torch.cat([q, q[:, :1]], 1), k, v),
+               "multiple"),
         raises("head_dim 136", lambda: fp32(wide_q, wide_k, wide_v), "head_dim"),
         raises("head_dim 256", lambda: fp32(huge_q, huge_k, huge_v), "head_dim"),
         raises("head_dim 60 (not a multiple of 8)", lambda: fp32(odd_q, odd_k, odd_v), "head_dim"),
@@ -450,10 +456,11 @@ def mma_bench_group(args=None):
     return _missing_mma("mma-bench", err) if module is None else module.mma_benchmark(args)
 
 
-# Correctness first, then the timed groups.
+# Correctness first, then the timed groups; the attention variants (task4/variants_checks.py)
+# come last, correctness before their benchmarks.
 GROUPS = {"small": small_group, "inputs": inputs_group, "shapes": shapes_group,
           "course": course_group, "kernel": kernel_group, "mma": mma_group,
-          "mma-bench": mma_bench_group}
+          "mma-bench": mma_bench_group, **VARIANT_GROUPS}
 
 
 def _extra_args(parser: argparse.ArgumentParser) -> None:

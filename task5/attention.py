@@ -164,6 +164,64 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                 num_splits, out)
 
 
+def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                             causal: bool = False, window: int | None = None, stride: int = 1,
+                             mask: torch.Tensor | None = None,
+                             key_lengths: torch.Tensor | None = None,
+                             left_padding: bool = False, out: torch.Tensor | None = None,
+                             num_splits: int | None = None) -> torch.Tensor:
+    """One query per (batch, query head) against a cache, with every attention variant.
+
+    q [B, H_q, 1, D]; k, v [B, H_kv, S, D] (H_q a multiple of H_kv, any strides with a
+    contiguous last dimension); returns [B, H_q, 1, D]. The query heads of one KV head share
+    one pass over its keys (grouped-query attention reads the cache once per KV head).
+    causal, window, stride, mask, key_lengths, left_padding: common/variants.py. key_lengths
+    ([B] or 0-d int32 on the GPU) is read on the device, so a captured CUDA graph stays valid
+    while it is incremented. num_splits: None picks it from the SM count (from S, so that a
+    graph does not depend on the lengths).
+    """
+    from task4.attention import check_key_lengths
+
+    if window is not None and window < 1:
+        raise ValueError(f"window must be at least 1 (a query sees itself) but is {window}; "
+                         "pass None for no window.")
+    if key_lengths is not None:
+        check_key_lengths(key_lengths, k.shape[2] if k.dim() == 4 else 0)
+    ext = _ext()
+    if num_splits is None:
+        groups = q.shape[0] * k.shape[1] if q.dim() == 4 and k.dim() == 4 else 0
+        num_splits = _auto_num_splits(q, groups, k.shape[2] if k.dim() == 4 else 0)
+    return ext.decode_attention_grouped(q, k, v, causal, window, stride, mask, key_lengths,
+                                        left_padding, num_splits, out)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              window: int | None = None, stride: int = 1, mask: torch.Tensor | None = None,
+              key_lengths: torch.Tensor | None = None, left_padding: bool = False,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention with every variant of common/variants.py on the fastest kernel that fits.
+
+    q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D] -> [B, H_q, S_q, D]. On the GPU one query row
+    (S_q == 1) runs the decode kernel, more run task 4's prefill kernels; on the CPU it is
+    PyTorch's attention in the input dtype (common.variants.pytorch_attention_variant), the
+    twin the tests compare with.
+    """
+    if not q.is_cuda:
+        from common.variants import Variant, pytorch_attention_variant
+
+        result = pytorch_attention_variant(q, k, v, Variant(causal, window, stride, mask,
+                                                            key_lengths, left_padding))
+        return result if out is None else out.copy_(result)
+    if q.dim() == 4 and q.shape[2] == 1:
+        return decode_attention_grouped(q, k, v, causal=causal, window=window, stride=stride,
+                                        mask=mask, key_lengths=key_lengths,
+                                        left_padding=left_padding, out=out)
+    from task4.attention import flash_attention
+
+    return flash_attention(q, k, v, causal, out, window=window, stride=stride, mask=mask,
+                           key_lengths=key_lengths, left_padding=left_padding)
+
+
 DECODE_LINEAR_MAX_ROWS = 8
 
 

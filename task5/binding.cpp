@@ -26,6 +26,15 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
 torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
                             std::optional<torch::Tensor> residual);
 
+// Beyond the course: q [B, H_q, 1, D] against k/v [B, H_kv, S, D] with every attention variant
+// (common/variants.py); the query heads of a KV head share one pass over its keys.
+torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                       bool causal, std::optional<int64_t> window, int64_t stride,
+                                       std::optional<torch::Tensor> mask,
+                                       std::optional<torch::Tensor> key_lengths,
+                                       bool left_padding, int64_t num_splits,
+                                       std::optional<torch::Tensor> out);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 5: KV cache update and decode (split-KV FlashDecoding) kernels";
   m.def("update_kv_cache", &update_kv_cache,
@@ -41,6 +50,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "One query per sequence against the cache, q [B, 1, hidden], caches [B, max_seq_len, hidden]",
         py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("num_heads"),
         py::arg("seq_len") = 0, py::arg("seq_len_tensor") = py::none(), py::arg("causal") = false,
+        py::arg("num_splits") = 1, py::arg("out") = py::none());
+  m.def("decode_attention_grouped", &decode_attention_grouped,
+        "One query per (batch, query head) against k/v [B, H_kv, S, D], GQA and every variant",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
+        py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
+        py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
         py::arg("num_splits") = 1, py::arg("out") = py::none());
   m.def("decode_linear", &decode_linear,
         "y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x, streaming the weight",

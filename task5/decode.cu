@@ -51,6 +51,7 @@
 #include <type_traits>
 
 #include "attention_checks.cuh"
+#include "attention_mask.cuh"
 
 namespace {
 
@@ -464,6 +465,249 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const Deco
   // END SOLUTION
 }
 
+// ---- 3. beyond the course: grouped-query decode with every attention variant -------------
+//
+// Grouped-query attention (Llama-3, Mistral, Qwen) gives H_q / H_kv query heads one KV head.
+// Decoding each query head on its own would read that head's cache H_q / H_kv times; here one
+// block reads it once for GROUP_TILE query heads: every K row is converted to float once and
+// dotted with GROUP_TILE queries, every V row accumulated into GROUP_TILE outputs. The
+// pattern (window, stride, mask tensor, per-sequence lengths, left padding) is the predicate
+// of attention_mask.cuh with the single query at position key_end - 1; the key range of a
+// window is clipped before the loop, so a windowed decode reads only the window.
+
+template <typename T>
+struct GroupedDecodeParams {
+  const T* q;
+  const T* k;
+  const T* v;
+  T* out;
+  int64_t q_stride_b, q_stride_h;
+  int64_t k_stride_b, k_stride_h, k_stride_s;
+  int64_t v_stride_b, v_stride_h, v_stride_s;
+  int64_t out_stride_b, out_stride_h;
+  int heads_q, heads_kv, group, head_chunks, head_dim;
+  attn::MaskParams mask;  // seq_q = 1
+  float score_scale;      // log2(e) / sqrt(head_dim)
+  int num_splits;
+  int64_t keys_per_split;
+  float* partial_o;       // [B * H_q, num_splits, head_dim] (num_splits > 1)
+  float* partial_m;
+  float* partial_l;
+};
+
+// grid (B * H_kv * head_chunks, num_splits). Block (b, kv head, chunk) decodes query heads
+// kv_head * group + chunk * GROUP_TILE + g, g < GROUP_TILE (those < group), over the keys
+// of its split. Lane layout as decode_split_kernel; KEY_STEPS warp steps of loads in flight.
+template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS, int GROUP_TILE, int KEY_STEPS,
+          int MIN_BLOCKS>
+__global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
+    decode_grouped_kernel(const GroupedDecodeParams<T> p) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (beyond the graded course): decode_split_kernel for GROUP_TILE
+  // HINT: query heads that share one KV head, reading each K/V row once for all of them, with
+  // HINT: the attn::KeyMask<true> predicate (key range clipped to keys_begin/keys_end).
+  constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;
+  constexpr int ELEMS = VEC * CHUNKS;
+  constexpr int KEYS_PER_WARP_ITER = KEYS_PER_WARP_STEP * KEY_STEPS;
+  constexpr int KEYS_PER_BLOCK_ITER = KEYS_PER_WARP_ITER * WARPS_PER_BLOCK;
+
+  __shared__ float warp_o[WARPS_PER_BLOCK][GROUP_TILE][MAX_HEAD_DIM];
+  __shared__ float warp_m[WARPS_PER_BLOCK][GROUP_TILE];
+  __shared__ float warp_l[WARPS_PER_BLOCK][GROUP_TILE];
+
+  const int chunk = blockIdx.x % p.head_chunks;
+  const int bkv = blockIdx.x / p.head_chunks;
+  const int b = bkv / p.heads_kv;
+  const int kv_head = bkv % p.heads_kv;
+  const int head0 = kv_head * p.group + chunk * GROUP_TILE;            // first query head
+  const int heads_here = min(GROUP_TILE, p.group - chunk * GROUP_TILE);
+  const int split = blockIdx.y;
+  const int warp = threadIdx.x / WARP_SIZE;
+  const int lane = threadIdx.x % WARP_SIZE;
+  const int key_group = lane / LANES_PER_KEY;
+  const int lane_in_key = lane % LANES_PER_KEY;
+
+  // Keys of this split that the query may see at all (the mask tensor may differ per head:
+  // it is applied per head below; everything else is the same for the group).
+  const attn::KeyMask<true> mask0(p.mask, b, head0);
+  const int64_t key_begin = max(static_cast<int64_t>(split) * p.keys_per_split,
+                                static_cast<int64_t>(max(mask0.keys_begin(0), 0)));
+  const int64_t key_end =
+      min64(static_cast<int64_t>(split + 1) * p.keys_per_split, mask0.keys_end(0));
+
+  float q_reg[GROUP_TILE][ELEMS];
+#pragma unroll
+  for (int g = 0; g < GROUP_TILE; ++g) {
+    const T* q_row = p.q + b * p.q_stride_b + (head0 + min(g, heads_here - 1)) * p.q_stride_h;
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
+      float x[VEC];
+      unpack<T, VEC>(d0 < p.head_dim ? load_pack<T, VEC>(q_row + d0) : zero_pack<T, VEC>(), x);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) q_reg[g][c * VEC + e] = x[e] * p.score_scale;
+    }
+  }
+
+  const T* k_head = p.k + b * p.k_stride_b + kv_head * p.k_stride_h;
+  const T* v_head = p.v + b * p.v_stride_b + kv_head * p.v_stride_h;
+  float m[GROUP_TILE], l[GROUP_TILE], acc[GROUP_TILE][ELEMS];
+#pragma unroll
+  for (int g = 0; g < GROUP_TILE; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int i = 0; i < ELEMS; ++i) acc[g][i] = 0.f;
+  }
+  // Does this block need the elementwise predicate? Not for a plain (or causal) decode of
+  // every key in [key_begin, key_end): only a stride or a mask tensor needs it per key.
+  const bool elementwise = p.mask.stride > 1 || p.mask.mask != nullptr;
+
+  for (int64_t base = key_begin + warp * KEYS_PER_WARP_ITER; base < key_end;
+       base += KEYS_PER_BLOCK_ITER) {
+    Pack<T, VEC> k_frag[KEY_STEPS][CHUNKS];
+    Pack<T, VEC> v_frag[KEY_STEPS][CHUNKS];
+#pragma unroll
+    for (int u = 0; u < KEY_STEPS; ++u) {
+      const int64_t key = base + u * KEYS_PER_WARP_STEP + key_group;
+      const bool key_ok = key < key_end;
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
+        const bool in_range = key_ok && d0 < p.head_dim;
+        k_frag[u][c] = in_range ? load_pack<T, VEC>(k_head + key * p.k_stride_s + d0)
+                                : zero_pack<T, VEC>();
+        v_frag[u][c] = in_range ? load_pack<T, VEC>(v_head + key * p.v_stride_s + d0)
+                                : zero_pack<T, VEC>();
+      }
+    }
+    // Scores of every (key, head): the K row is converted once for all heads.
+    float score[KEY_STEPS][GROUP_TILE];
+#pragma unroll
+    for (int u = 0; u < KEY_STEPS; ++u) {
+      float dot[GROUP_TILE];
+#pragma unroll
+      for (int g = 0; g < GROUP_TILE; ++g) dot[g] = 0.f;
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        float kf[VEC];
+        unpack<T, VEC>(k_frag[u][c], kf);
+#pragma unroll
+        for (int g = 0; g < GROUP_TILE; ++g)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) dot[g] = fmaf(q_reg[g][c * VEC + e], kf[e], dot[g]);
+      }
+      const int64_t key = base + u * KEYS_PER_WARP_STEP + key_group;
+#pragma unroll
+      for (int g = 0; g < GROUP_TILE; ++g) {
+#pragma unroll
+        for (int offset = LANES_PER_KEY / 2; offset > 0; offset /= 2)
+          dot[g] += __shfl_xor_sync(FULL_MASK, dot[g], offset);
+        float s = key < key_end ? dot[g] : -INFINITY;
+        if (elementwise && key < key_end) {
+          const attn::KeyMask<true> mask(p.mask, b, head0 + min(g, heads_here - 1));
+          s = mask.apply(s, 0, static_cast<int>(key));
+        }
+        score[u][g] = s;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GROUP_TILE; ++g) {
+      float m_new = m[g];
+#pragma unroll
+      for (int u = 0; u < KEY_STEPS; ++u) m_new = fmaxf(m_new, score[u][g]);
+      if (m_new == -INFINITY) continue;  // no visible key yet (uniform within the key group)
+      const float rescale = exp2f(m[g] - m_new);
+      l[g] *= rescale;
+#pragma unroll
+      for (int i = 0; i < ELEMS; ++i) acc[g][i] *= rescale;
+      m[g] = m_new;
+#pragma unroll
+      for (int u = 0; u < KEY_STEPS; ++u) score[u][g] = exp2f(score[u][g] - m_new);
+#pragma unroll
+      for (int u = 0; u < KEY_STEPS; ++u) l[g] += score[u][g];
+    }
+    // O += p V: the V row is converted once for all heads.
+#pragma unroll
+    for (int u = 0; u < KEY_STEPS; ++u) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c) {
+        float vf[VEC];
+        unpack<T, VEC>(v_frag[u][c], vf);
+#pragma unroll
+        for (int g = 0; g < GROUP_TILE; ++g) {
+          // A head that has seen no key keeps m = -inf and its score is still raw: use 0.
+          const float prob = m[g] == -INFINITY ? 0.f : score[u][g];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[g][c * VEC + e] = fmaf(prob, vf[e], acc[g][c * VEC + e]);
+        }
+      }
+    }
+  }
+
+  // Merge the key groups of each warp, then the warps, per head (as decode_split_kernel).
+#pragma unroll
+  for (int g = 0; g < GROUP_TILE; ++g) {
+#pragma unroll
+    for (int offset = LANES_PER_KEY; offset < WARP_SIZE; offset *= 2) {
+      const float m_other = __shfl_xor_sync(FULL_MASK, m[g], offset);
+      const float l_other = __shfl_xor_sync(FULL_MASK, l[g], offset);
+      const float m_new = fmaxf(m[g], m_other);
+      const float w_self = m[g] == -INFINITY ? 0.f : exp2f(m[g] - m_new);
+      const float w_other = m_other == -INFINITY ? 0.f : exp2f(m_other - m_new);
+      l[g] = l[g] * w_self + l_other * w_other;
+#pragma unroll
+      for (int i = 0; i < ELEMS; ++i) {
+        const float acc_other = __shfl_xor_sync(FULL_MASK, acc[g][i], offset);
+        acc[g][i] = acc[g][i] * w_self + acc_other * w_other;
+      }
+      m[g] = m_new;
+    }
+    if (key_group == 0) {
+#pragma unroll
+      for (int c = 0; c < CHUNKS; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int d = (c * LANES_PER_KEY + lane_in_key) * VEC + e;
+          if (d < p.head_dim) warp_o[warp][g][d] = acc[g][c * VEC + e];
+        }
+      if (lane == 0) {
+        warp_m[warp][g] = m[g];
+        warp_l[warp][g] = l[g];
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int idx = threadIdx.x; idx < heads_here * p.head_dim; idx += THREADS_PER_BLOCK) {
+    const int g = idx / p.head_dim;
+    const int d = idx % p.head_dim;
+    float block_m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS_PER_BLOCK; ++w) block_m = fmaxf(block_m, warp_m[w][g]);
+    float block_l = 0.f, o = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS_PER_BLOCK; ++w) {
+      const float weight = warp_m[w][g] == -INFINITY ? 0.f : exp2f(warp_m[w][g] - block_m);
+      block_l = fmaf(weight, warp_l[w][g], block_l);
+      o = fmaf(weight, warp_o[w][g][d], o);
+    }
+    const int h = head0 + g;
+    if (p.num_splits == 1) {
+      p.out[b * p.out_stride_b + h * p.out_stride_h + d] =
+          from_float<T>(block_l > 0.f ? o / block_l : 0.f);  // no visible key: 0
+    } else {
+      const int64_t state = (static_cast<int64_t>(b) * p.heads_q + h) * p.num_splits + split;
+      p.partial_o[state * p.head_dim + d] = o;
+      if (d == 0) {
+        p.partial_m[state] = block_m;
+        p.partial_l[state] = block_l;
+      }
+    }
+  }
+  // END SOLUTION
+}
+
 // ---- host side: layout choices and launches (given) ---------------------------------------
 
 bool multiple_of(int64_t bytes, int64_t unit) { return bytes % unit == 0; }
@@ -575,6 +819,88 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
     attn::check_launch("combine_splits_kernel");
   }
   // END SOLUTION
+}
+
+// Launch decode_grouped_kernel with the group tile, lanes and load depth for this shape:
+// more query heads per block hold more registers, so fewer loads are kept in flight.
+template <typename T, int GROUP_TILE, int KEY_STEPS, int MIN_BLOCKS>
+void launch_grouped_tile(const GroupedDecodeParams<T>& p, dim3 grid, cudaStream_t stream) {
+  constexpr int VEC = 16 / sizeof(T);
+  if (attn::ceil_div(p.head_dim, VEC) <= 16) {
+    decode_grouped_kernel<T, VEC, 16, 1, GROUP_TILE, KEY_STEPS, MIN_BLOCKS>
+        <<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
+  } else {  // fp32, head_dim in (64, 128]
+    decode_grouped_kernel<T, VEC, 32, 1, GROUP_TILE, KEY_STEPS, MIN_BLOCKS>
+        <<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
+  }
+}
+
+int grouped_tile_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
+
+template <typename T>
+void run_decode_grouped(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        torch::Tensor& out, const attn::MaskParams& mask, int group,
+                        int num_splits) {
+  GroupedDecodeParams<T> p{};
+  p.q = reinterpret_cast<const T*>(q.data_ptr());
+  p.k = reinterpret_cast<const T*>(k.data_ptr());
+  p.v = reinterpret_cast<const T*>(v.data_ptr());
+  p.out = reinterpret_cast<T*>(out.data_ptr());
+  p.q_stride_b = q.stride(0);
+  p.q_stride_h = q.stride(1);
+  p.k_stride_b = k.stride(0);
+  p.k_stride_h = k.stride(1);
+  p.k_stride_s = k.stride(2);
+  p.v_stride_b = v.stride(0);
+  p.v_stride_h = v.stride(1);
+  p.v_stride_s = v.stride(2);
+  p.out_stride_b = out.stride(0);
+  p.out_stride_h = out.stride(1);
+  p.heads_q = static_cast<int>(q.size(1));
+  p.heads_kv = static_cast<int>(k.size(1));
+  p.group = group;
+  const int tile = grouped_tile_for(group);
+  p.head_chunks = attn::ceil_div(group, tile);
+  p.head_dim = static_cast<int>(q.size(3));
+  p.mask = mask;
+  p.score_scale = LOG2_E / std::sqrt(static_cast<float>(p.head_dim));
+  p.num_splits = num_splits;
+  p.keys_per_split = (k.size(2) + num_splits - 1) / num_splits;
+
+  const int64_t states = q.size(0) * q.size(1) * static_cast<int64_t>(num_splits);
+  torch::Tensor workspace;
+  if (num_splits > 1) {
+    workspace = torch::empty({states * (p.head_dim + 2)}, q.options().dtype(torch::kFloat32));
+    p.partial_o = workspace.data_ptr<float>();
+    p.partial_m = p.partial_o + states * p.head_dim;
+    p.partial_l = p.partial_m + states;
+  }
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const dim3 grid(static_cast<unsigned>(q.size(0) * p.heads_kv * p.head_chunks),
+                  static_cast<unsigned>(num_splits));
+  switch (tile) {
+    case 1: launch_grouped_tile<T, 1, 4, 5>(p, grid, stream); break;
+    case 2: launch_grouped_tile<T, 2, 4, 4>(p, grid, stream); break;
+    case 4: launch_grouped_tile<T, 4, 2, 3>(p, grid, stream); break;
+    default: launch_grouped_tile<T, 8, 2, 2>(p, grid, stream); break;
+  }
+  attn::check_launch("decode_grouped_kernel");
+  if (num_splits > 1) {
+    // The course's combine kernel merges the partials of every (batch, query head).
+    DecodeParams<T> c{};
+    c.out = p.out;
+    c.out_stride_b = p.out_stride_b;
+    c.out_stride_h = p.out_stride_h;
+    c.heads = p.heads_q;
+    c.head_dim = p.head_dim;
+    c.num_splits = num_splits;
+    c.partial_o = p.partial_o;
+    c.partial_m = p.partial_m;
+    c.partial_l = p.partial_l;
+    combine_splits_kernel<T><<<static_cast<unsigned>(q.size(0) * q.size(1)), MAX_HEAD_DIM, 0,
+                               stream>>>(c);
+    attn::check_launch("combine_splits_kernel");
+  }
 }
 
 // ---- validation (given) --------------------------------------------------------------------
@@ -817,5 +1143,70 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
   }
   decode_attention_bhsd(per_head(q), per_head(k_cache), per_head(v_cache), seq_len, seq_len_tensor,
                         causal, num_splits, per_head(result));
+  return result;
+}
+
+// Beyond the course: one query per (batch, query head), q [B, H_q, 1, D], against k/v
+// [B, H_kv, S, D] (H_q a multiple of H_kv), with every attention variant of
+// common/variants.py (the query is at position key_end - 1 of its sequence). The query heads
+// of a KV head share one pass over its keys. Returns [B, H_q, 1, D].
+torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                       bool causal, std::optional<int64_t> window, int64_t stride,
+                                       std::optional<torch::Tensor> mask,
+                                       std::optional<torch::Tensor> key_lengths,
+                                       bool left_padding, int64_t num_splits,
+                                       std::optional<torch::Tensor> out) {
+  attn::check_cuda_tensor(q, "q");
+  attn::check_cuda_tensor(k, "k");
+  attn::check_cuda_tensor(v, "v");
+  check_float_dtype(q, "q");
+  attn::check_same(q, "q", k, "k");
+  attn::check_same(q, "q", v, "v");
+  attn::check_dim(q, "q", 4, "[batch, heads, 1, head_dim]");
+  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq, head_dim]");
+  attn::check_dim(v, "v", 4, "[batch, kv_heads, seq, head_dim]");
+  TORCH_CHECK_VALUE(q.size(2) == 1, attn::str("decode attends one new query per sequence: q must be [batch, "
+                    "heads, 1, head_dim] but has shape ", q.sizes(), "; use task 4's flash_attention for "
+                    "several queries."));
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
+                    attn::str("k and v must both be [batch, kv_heads, seq, head_dim] with q's batch and "
+                    "head_dim; got q ", q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), "."));
+  attn::check_nonempty(q, "q");
+  attn::check_nonempty(k, "k");
+  const int group = attn::kv_group_size(q, k);
+  TORCH_CHECK_VALUE(q.size(3) <= MAX_HEAD_DIM && q.size(3) % 8 == 0, attn::str("head_dim ", q.size(3),
+                    " must be a multiple of 8 up to ", MAX_HEAD_DIM, "."));
+  TORCH_CHECK_VALUE(q.size(0) * k.size(1) * attn::ceil_div(group, 8) <= std::numeric_limits<int32_t>::max()
+                    && k.size(2) <= std::numeric_limits<int32_t>::max() / 2,
+                    attn::str("batch * kv_heads and seq must fit in 31 bits."));
+  TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= MAX_SPLITS, attn::str("num_splits must be in [1, ",
+                    MAX_SPLITS, "] but is ", num_splits, "."));
+  check_last_dim_contiguous(q, "q");
+  check_last_dim_contiguous(k, "k");
+  check_last_dim_contiguous(v, "v");
+  if (out.has_value()) {
+    attn::check_cuda_tensor(*out, "out");
+    attn::check_same(q, "q", *out, "out");
+    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), attn::str("out has shape ", out->sizes(), " but must be ",
+                      q.sizes(), " like q."));
+    check_last_dim_contiguous(*out, "out");
+  }
+  // Scores are in base 2 (q pre-scaled by log2(e)/sqrt(D)): an additive mask value is
+  // multiplied by log2(e).
+  const attn::MaskParams mask_params = attn::make_mask_params(q, k, causal, window, stride, mask,
+                                                              key_lengths, left_padding, LOG2_E);
+  c10::cuda::CUDAGuard guard(q.device());
+  // 16-byte loads only: a view that does not allow them is copied once (rare).
+  const bool wide = can_load_16_bytes(q, k, v);
+  const torch::Tensor qa = wide ? q : q.contiguous();
+  const torch::Tensor ka = wide ? k : k.contiguous();
+  const torch::Tensor va = wide ? v : v.contiguous();
+  torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
+  const int splits = static_cast<int>(num_splits);
+  switch (q.scalar_type()) {
+    case torch::kFloat32: run_decode_grouped<float>(qa, ka, va, result, mask_params, group, splits); break;
+    case torch::kFloat16: run_decode_grouped<__half>(qa, ka, va, result, mask_params, group, splits); break;
+    default: run_decode_grouped<__nv_bfloat16>(qa, ka, va, result, mask_params, group, splits); break;
+  }
   return result;
 }

@@ -57,6 +57,7 @@ from task5.attention import (
     decode_attention_bhsd,
     update_kv_cache,
 )
+from task5.variants_checks import GROUPS as VARIANT_GROUPS
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DTYPE_NAME = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -741,8 +742,9 @@ def _decode_shape(batch, heads, ctx, head_dim, *, copy_gbps, num_sms, gen, devic
     return checks, metrics
 
 
+# The course's groups, then the attention variants (task5/variants_checks.py).
 GROUPS = {"kernels": kernels_group, "inputs": inputs_group, "small": small_group,
-          "course": course_group, "decode": decode_group}
+          "course": course_group, "decode": decode_group, **VARIANT_GROUPS}
 
 
 def main(argv=None) -> int:

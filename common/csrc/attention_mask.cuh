@@ -1,0 +1,266 @@
+// Which keys a query row sees: the one description of every attention variant, evaluated
+// tile by tile by every kernel family (task 4's fp32 and tensor-core prefill kernels, task 5's
+// decode kernels). common/variants.py is the same description in Python, with its float64
+// truth; read its docstring for the conventions, summarised here:
+//
+//   q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D]. Query row i of sequence b sits at absolute
+//   position pos(i) = i + key_end_b - S_q (the queries are the last S_q positions: causal is
+//   bottom-right aligned, as in FlashAttention-2 >= 2.1). Key j is visible iff
+//     key_begin_b <= j < key_end_b                        per-sequence key range (lengths)
+//     and (!causal  or j <= pos(i))
+//     and (!window  or j > pos(i) - window)               transformers' sliding window
+//                   (without causal also j < pos(i) + window: a symmetric window)
+//     and (stride 1 or (pos(i) - j) % stride == 0)        strided attention
+//     and mask[b, h, i, j] keeps it                       bool, or additive float (-inf drops)
+//   A row with no visible key outputs zeros.
+//
+// Two instantiations of the predicate: KeyMask<false> knows only the sequence end and the
+// causal diagonal (the course's dense attention: nothing but two comparisons, so the dense
+// kernels are as fast as before), KeyMask<true> the whole description. A kernel asks it per
+// query tile which key tiles can hold a visible key (the others are never loaded: a sliding
+// window costs S * window, not S^2), per query tile which key tiles are visible to every row with no
+// bias (then no elementwise work at all), and otherwise applies it element by element.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+
+#include "attention_checks.cuh"
+
+namespace attn {
+
+// How the optional mask tensor is stored. Additive masks are in logit units (added to the
+// scaled scores, like SDPA's attn_mask); `mask_scale` converts them to a kernel's score units.
+enum MaskKind : int { kNoMask = 0, kBoolMask = 1, kFloat32Mask = 2, kFloat16Mask = 3, kBFloat16Mask = 4 };
+
+// Everything a kernel needs to know about the pattern, filled on the host (make_mask_params)
+// and passed by value inside the kernel's parameters.
+struct MaskParams {
+  int seq_q = 0, seq_k = 0;
+  int causal = 0;
+  int window = 0;                      // 0: no window
+  int stride = 1;                      // 1: every key
+  const int* key_lengths = nullptr;    // [B] int32 on the device, or nullptr: all S_k keys
+  int64_t key_lengths_stride = 0;      // 0: one length for every sequence
+  int left_padding = 0;                // key_lengths counts the LAST keys of each sequence
+  const void* mask = nullptr;          // the mask tensor's data, or nullptr
+  int mask_kind = kNoMask;
+  int64_t mask_stride_b = 0, mask_stride_h = 0, mask_stride_q = 0, mask_stride_k = 0;  // elements
+  float mask_scale = 1.f;              // additive mask value -> the kernel's score units
+
+  // Anything beyond the sequence end and the causal diagonal (host side: picks the kernel).
+  bool general() const {
+    return window > 0 || stride > 1 || key_lengths != nullptr || mask != nullptr;
+  }
+};
+
+__device__ __forceinline__ float mask_value(const void* base, int kind, int64_t index) {
+  switch (kind) {
+    case kBoolMask: return static_cast<const unsigned char*>(base)[index] ? 0.f : -INFINITY;
+    case kFloat32Mask: return static_cast<const float*>(base)[index];
+    case kFloat16Mask: {
+      const unsigned short bits = static_cast<const unsigned short*>(base)[index];
+      return __half2float(__ushort_as_half(bits));
+    }
+    default: {  // bf16: the high half of an fp32
+      const unsigned int bits = static_cast<const unsigned short*>(base)[index];
+      return __uint_as_float(bits << 16);
+    }
+  }
+}
+
+// The predicate for one (batch, query head). Query and key indices are tensor indices
+// (0 <= i < S_q, 0 <= j < S_k); rows >= S_q (the padding of a last query tile, never stored)
+// may be passed and get finite, meaningless scores.
+template <bool kGeneral>
+struct KeyMask {
+  int seq_q, seq_k;
+  int key_begin, key_end;  // this sequence's valid keys
+  int offset;              // pos(i) = i + offset
+  int causal;
+  int window, stride;
+  const char* mask_head;   // the mask at [b, h, 0, 0], in bytes; nullptr: no mask
+  int mask_kind;
+  int64_t mask_stride_q, mask_stride_k;
+  float mask_scale;
+
+  __device__ __forceinline__ KeyMask(const MaskParams& p, int64_t batch, int64_t head) {
+    seq_q = p.seq_q;
+    seq_k = p.seq_k;
+    causal = p.causal;
+    key_begin = 0;
+    key_end = p.seq_k;
+    window = 0;
+    stride = 1;
+    mask_head = nullptr;
+    mask_kind = kNoMask;
+    mask_stride_q = mask_stride_k = 0;
+    mask_scale = 1.f;
+    if constexpr (kGeneral) {
+      window = p.window;
+      stride = p.stride;
+      if (p.key_lengths != nullptr) {
+        // A device value was never checked on the host: clamp it to the keys that exist.
+        int length = p.key_lengths[batch * p.key_lengths_stride];
+        length = length < 0 ? 0 : (length > p.seq_k ? p.seq_k : length);
+        if (p.left_padding) key_begin = p.seq_k - length;
+        else key_end = length;
+      }
+      if (p.mask != nullptr) {
+        const int elem = p.mask_kind == kBoolMask ? 1 : (p.mask_kind == kFloat32Mask ? 4 : 2);
+        mask_head = static_cast<const char*>(p.mask) +
+                    (batch * p.mask_stride_b + head * p.mask_stride_h) * elem;
+        mask_kind = p.mask_kind;
+        mask_stride_q = p.mask_stride_q;
+        mask_stride_k = p.mask_stride_k;
+        mask_scale = p.mask_scale;
+      }
+    }
+    offset = key_end - seq_q;
+  }
+
+  // Every key that a query in [q_first, q_last] may see is in [keys_begin(q_first),
+  // keys_end(q_last)); outside it no key tile needs to be loaded.
+  __device__ __forceinline__ int keys_begin(int q_first) const {
+    int begin = key_begin;
+    if (kGeneral && window > 0) begin = max(begin, q_first + offset - window + 1);
+    return begin;
+  }
+  __device__ __forceinline__ int keys_end(int q_last) const {
+    q_last = min(q_last, seq_q - 1);
+    int end = key_end;
+    if (causal) end = min(end, q_last + offset + 1);
+    else if (kGeneral && window > 0) end = min(end, q_last + offset + window);
+    return end;
+  }
+
+  // Keys [lo, hi) are visible to every query in [q_first, q_last] with no additive bias: a
+  // key tile inside that range needs no elementwise work. Empty (lo >= hi) when a mask
+  // tensor or a stride makes every tile elementwise.
+  __device__ __forceinline__ int2 unmasked_keys(int q_first, int q_last) const {
+    q_last = min(q_last, seq_q - 1);
+    int lo = key_begin, hi = key_end;
+    if (causal) hi = min(hi, q_first + offset + 1);
+    if constexpr (kGeneral) {
+      if (window > 0) {
+        lo = max(lo, q_last + offset - window + 1);
+        if (!causal) hi = min(hi, q_first + offset + window);
+      }
+      if (mask_head != nullptr || stride > 1) hi = lo;
+    }
+    return make_int2(lo, hi);
+  }
+
+  // The score of pair (q, k) in the kernel's units: `score` plus the mask's bias, or -inf
+  // when k is not visible to q.
+  __device__ __forceinline__ float apply(float score, int q, int k) const {
+    if (k >= key_end || k < key_begin) return -INFINITY;
+    const int pos = q + offset;
+    if (causal && k > pos) return -INFINITY;
+    if constexpr (kGeneral) {
+      if (window > 0 && (k <= pos - window || (!causal && k >= pos + window))) return -INFINITY;
+      if (stride > 1) {
+        const int distance = pos >= k ? pos - k : k - pos;
+        if (distance % stride != 0) return -INFINITY;
+      }
+      if (mask_head != nullptr && q < seq_q) {
+        const float bias = mask_value(mask_head, mask_kind, q * mask_stride_q + k * mask_stride_k);
+        if (bias == -INFINITY) return -INFINITY;
+        if (mask_kind != kBoolMask) score = fmaf(bias, mask_scale, score);
+      }
+    }
+    return score;
+  }
+};
+
+// ---- host side: validate the description and fill MaskParams -----------------------------
+
+// q [B, H_q, S_q, D], k [B, H_kv, S_k, D] (validated by the caller). Raises a Python
+// ValueError / TypeError for every bad description. `mask_scale` converts an additive mask
+// value (logit units) to the kernel's score units.
+inline MaskParams make_mask_params(const torch::Tensor& q, const torch::Tensor& k, bool causal,
+                                   std::optional<int64_t> window, int64_t stride,
+                                   const std::optional<torch::Tensor>& mask,
+                                   const std::optional<torch::Tensor>& key_lengths,
+                                   bool left_padding, float mask_scale) {
+  const int64_t batch = q.size(0), heads = q.size(1), seq_q = q.size(2), seq_k = k.size(2);
+  MaskParams p;
+  p.seq_q = static_cast<int>(seq_q);
+  p.seq_k = static_cast<int>(seq_k);
+  p.causal = causal ? 1 : 0;
+  if (window.has_value()) {
+    TORCH_CHECK_VALUE(*window >= 1, attn::str("window must be at least 1 (a query sees itself) but is ",
+                      *window, "; pass None for no window."));
+    p.window = static_cast<int>(std::min<int64_t>(*window, static_cast<int64_t>(INT32_MAX / 2)));
+  }
+  TORCH_CHECK_VALUE(stride >= 1, attn::str("stride must be at least 1 (1 = every key) but is ", stride, "."));
+  p.stride = static_cast<int>(std::min<int64_t>(stride, static_cast<int64_t>(INT32_MAX / 2)));
+  if (key_lengths.has_value()) {
+    const torch::Tensor& t = *key_lengths;
+    check_cuda_tensor(t, "key_lengths");
+    TORCH_CHECK_TYPE(t.scalar_type() == torch::kInt32, attn::str("key_lengths must be an int32 tensor but has "
+                     "dtype ", t.scalar_type(), "; create it with dtype=torch.int32."));
+    TORCH_CHECK_VALUE(t.device() == q.device(), attn::str("key_lengths is on ", t.device(), " but q is on ",
+                      q.device(), "; put them on the same GPU."));
+    const bool one = t.dim() == 0 || (t.dim() == 1 && t.size(0) == 1);
+    TORCH_CHECK_VALUE(one || (t.dim() == 1 && t.size(0) == batch), attn::str("key_lengths must have shape [",
+                      batch, "] (one length per sequence) but has shape ", t.sizes(), "."));
+    p.key_lengths = t.data_ptr<int32_t>();
+    p.key_lengths_stride = one ? 0 : t.stride(0);
+    p.left_padding = left_padding ? 1 : 0;
+  } else {
+    TORCH_CHECK_VALUE(!left_padding, attn::str("left_padding needs key_lengths (how many keys of each "
+                      "sequence are real); pass key_lengths or left_padding=False."));
+  }
+  if (mask.has_value()) {
+    const torch::Tensor& m = *mask;
+    check_cuda_tensor(m, "mask");
+    TORCH_CHECK_VALUE(m.device() == q.device(), attn::str("mask is on ", m.device(), " but q is on ",
+                      q.device(), "; put them on the same GPU."));
+    const auto dtype = m.scalar_type();
+    TORCH_CHECK_TYPE(dtype == torch::kBool || dtype == torch::kFloat32 || dtype == q.scalar_type(),
+                     attn::str("mask has dtype ", dtype, " but must be bool (True = keep) or an additive "
+                     "float mask of dtype float32 or ", q.scalar_type(), " (q's dtype)."));
+    TORCH_CHECK_VALUE(m.dim() >= 1 && m.dim() <= 4, attn::str("mask must have 1 to 4 dimensions, "
+                      "broadcastable to [batch, heads, seq_q, seq_k] = [", batch, ", ", heads, ", ",
+                      seq_q, ", ", seq_k, "], but has shape ", m.sizes(), "."));
+    const int64_t full[4] = {batch, heads, seq_q, seq_k};
+    int64_t strides[4] = {0, 0, 0, 0};
+    for (int d = 0; d < 4; ++d) {
+      const int md = d - (4 - static_cast<int>(m.dim()));  // the mask's own dim, or < 0
+      if (md < 0) continue;
+      const int64_t size = m.size(md);
+      TORCH_CHECK_VALUE(size == 1 || size == full[d], attn::str("mask of shape ", m.sizes(),
+                        " does not broadcast to [batch, heads, seq_q, seq_k] = [", batch, ", ", heads,
+                        ", ", seq_q, ", ", seq_k, "]: each dimension must be 1 or the full size."));
+      strides[d] = size == 1 ? 0 : m.stride(md);
+    }
+    p.mask = m.data_ptr();
+    p.mask_kind = dtype == torch::kBool ? kBoolMask
+                  : dtype == torch::kFloat32 ? kFloat32Mask
+                  : dtype == torch::kHalf ? kFloat16Mask : kBFloat16Mask;
+    p.mask_stride_b = strides[0];
+    p.mask_stride_h = strides[1];
+    p.mask_stride_q = strides[2];
+    p.mask_stride_k = strides[3];
+    p.mask_scale = mask_scale;
+  }
+  return p;
+}
+
+// GQA/MQA: the number of query heads per KV head; raises unless H_q is a multiple of H_kv.
+inline int kv_group_size(const torch::Tensor& q, const torch::Tensor& k) {
+  const int64_t heads_q = q.size(1), heads_kv = k.size(1);
+  TORCH_CHECK_VALUE(heads_kv >= 1 && heads_q % heads_kv == 0, attn::str("q has ", heads_q, " heads and k/v ",
+                    heads_kv, ": grouped-query attention needs the query heads to be a multiple of "
+                    "the key/value heads (query head h reads KV head h / (H_q / H_kv))."));
+  return static_cast<int>(heads_q / heads_kv);
+}
+
+}  // namespace attn

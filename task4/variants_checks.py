@@ -1,0 +1,351 @@
+"""Attention variants on task 4's prefill kernels: checks, the strided-attention task, benchmarks.
+
+The kernels take one description of which keys a query row sees (common/variants.py, and
+common/csrc/attention_mask.cuh on the device): GQA/MQA, S_q != S_k with bottom-right causal,
+sliding windows, strides, a mask tensor, per-sequence key lengths (varlen or left padding).
+These groups run from `python -m task4.test` and from pytest (tests/test_variants.py):
+
+  variants-small   one case of every pattern, fp32/fp16/bf16, tiny shapes (compute-sanitizer)
+  variants         against float64 by FlashAttention-2's criterion (max |out - ref| <=
+                   2 x max |PyTorch same dtype - ref| + 1e-5): lengths 1, 7, 113, 1023 (not tile
+                   multiples), S_q != S_k both ways, head dims 8..128, GQA ratios 1, 2, 4, 8, H,
+                   windows below and above a tile, strides 1..8, random masks with fully masked
+                   rows, additive masks, varlen and left-padded keys, logits in the hundreds,
+                   strided views, fp32/fp16/bf16
+  variants-inputs  bad descriptions raise ValueError/TypeError with a sentence
+  strided          the strided-attention task: a naive PyTorch reference, our kernel against
+                   it, and a benchmark against SDPA given the materialised mask
+  variants-bench   sliding window vs dense causal (tiles skipped), dense kernels against the
+                   kernel as it was before the variants (same run), TFLOP/s
+
+Every output is NaN-poisoned before the kernel runs, and every case runs twice and must
+match bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from common.checks import Check, check_raises, random_qkv
+from common.harness import fresh_generator, pick_device
+from common.timing import attention_flops, tflops, time_cuda
+from common.variants import Variant, check_variant, keep_mask
+from task4.attention import flash_attention
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Logits in the hundreds: q and k scaled by this give q.k / sqrt(D) a spread of about 100.
+LARGE = 10.0
+
+
+def _case_inputs(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, gen, device,
+                 scale=1.0, strided=False):
+    """Fresh N(0, scale^2) q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D]. strided: q, k and v are
+    head views of one fused projection output (row stride > D), as a model produces them."""
+    def randn(*shape):
+        return (torch.randn(*shape, device=device, generator=gen) * scale).to(dtype)
+
+    if not strided:
+        return (randn(batch, heads_q, seq_q, head_dim), randn(batch, heads_kv, seq_k, head_dim),
+                randn(batch, heads_kv, seq_k, head_dim))
+    fused_q = randn(batch, seq_q, heads_q + 8, head_dim)         # wider rows than q needs
+    fused_kv = randn(batch, seq_k, 2, heads_kv, head_dim)
+    return (fused_q[:, :, :heads_q].transpose(1, 2), fused_kv[:, :, 0].transpose(1, 2),
+            fused_kv[:, :, 1].transpose(1, 2))
+
+
+def _random_mask(kind, batch, heads, seq_q, seq_k, dtype, gen, device):
+    """bool [B, 1, S_q, S_k] with a fully masked row, or an additive float [1, H, S_q, S_k]."""
+    if kind == "bool":
+        keep = torch.rand(batch, 1, seq_q, seq_k, device=device, generator=gen) < 0.7
+        keep[:, :, seq_q // 2] = False          # a row that sees nothing: outputs zeros
+        return keep
+    if kind == "bool2d":                        # [S_q, S_k], broadcast over B and H
+        return torch.rand(seq_q, seq_k, device=device, generator=gen) < 0.5
+    if kind == "keys":                          # [B, 1, 1, S_k]: a key-padding mask
+        keep = torch.rand(batch, 1, 1, seq_k, device=device, generator=gen) < 0.8
+        keep[..., 0] = True
+        return keep
+    bias = torch.randn(1, heads, seq_q, seq_k, device=device, generator=gen) * 2
+    drop = torch.rand(1, heads, seq_q, seq_k, device=device, generator=gen) < 0.3
+    return bias.masked_fill(drop, float("-inf")).to(dtype)
+
+
+def _lengths(batch, seq_k, gen, device):
+    lengths = torch.randint(1, seq_k + 1, (batch,), device=device, generator=gen,
+                            dtype=torch.int32)
+    lengths[0] = seq_k
+    return lengths
+
+
+# (B, H_q, H_kv, S_q, S_k, D, pattern, options): one line per case; every case runs in each
+# dtype. Patterns name what the variant holds; options: "large" logits, "strided" views.
+SWEEP = [
+    (2, 4, 4, 1, 1, 64, "causal", ""), (2, 4, 4, 7, 7, 64, "causal", ""),
+    (2, 4, 4, 113, 113, 64, "full", ""), (1, 8, 8, 1023, 1023, 128, "causal", ""),
+    (2, 4, 4, 113, 1023, 64, "causal", ""), (2, 4, 4, 1023, 113, 64, "causal", ""),
+    (2, 4, 4, 7, 1023, 128, "full", ""), (2, 4, 4, 1, 1023, 128, "causal", ""),
+    (1, 2, 2, 300, 300, 8, "causal", ""), (1, 2, 2, 130, 200, 40, "causal", ""),
+    (1, 2, 2, 200, 130, 80, "full", ""), (1, 2, 2, 257, 257, 96, "causal", ""),
+    (2, 8, 4, 257, 257, 64, "causal", ""), (2, 8, 2, 257, 513, 128, "causal", ""),
+    (1, 8, 1, 300, 300, 64, "causal", ""), (1, 16, 2, 129, 129, 128, "full", ""),
+    (2, 4, 2, 1023, 1023, 64, "window5", ""), (2, 4, 2, 1023, 1023, 128, "window100", ""),
+    (1, 4, 4, 700, 700, 64, "window300", ""), (1, 4, 4, 500, 900, 64, "window200", ""),
+    (1, 2, 2, 300, 300, 64, "window50-full", ""),
+    (1, 4, 2, 513, 513, 64, "stride2", ""), (1, 4, 4, 300, 300, 64, "stride3", ""),
+    (1, 4, 4, 257, 257, 128, "stride5", ""), (1, 2, 2, 200, 200, 64, "stride8-full", ""),
+    (1, 4, 4, 400, 400, 64, "stride1", ""),
+    (2, 4, 2, 200, 300, 64, "mask-bool", ""), (2, 4, 4, 129, 129, 64, "mask-bool2d", ""),
+    (2, 4, 4, 77, 300, 128, "mask-keys", ""), (2, 4, 4, 100, 100, 64, "mask-float", ""),
+    (3, 4, 2, 200, 300, 64, "lengths", ""), (3, 4, 2, 300, 300, 64, "left", ""),
+    (3, 4, 4, 1, 500, 64, "left", ""), (3, 8, 2, 300, 300, 64, "left-window40", ""),
+    (2, 4, 4, 300, 300, 64, "causal", "large"), (2, 4, 2, 300, 500, 128, "window100", "large"),
+    (1, 4, 4, 257, 257, 64, "mask-float", "large"),
+    (2, 4, 2, 257, 300, 64, "causal", "strided"), (2, 4, 4, 200, 200, 128, "window30", "strided"),
+]
+
+
+def sweep_variant(pattern: str, batch, heads_q, seq_q, seq_k, dtype, gen, device) -> Variant:
+    """The Variant a SWEEP pattern names ("causal", "window100", "stride3-full", ...)."""
+    causal = not pattern.endswith("-full") and pattern != "full"
+    base = pattern.removesuffix("-full")
+    window = stride = None
+    mask = lengths = None
+    left = False
+    if base.startswith("left"):
+        lengths, left = _lengths(batch, seq_k, gen, device), True
+        base = base.removeprefix("left").removeprefix("-") or "causal"
+    if base.startswith("window"):
+        window = int(base.removeprefix("window"))
+    elif base.startswith("stride"):
+        stride = int(base.removeprefix("stride"))
+    elif base.startswith("mask-"):
+        mask = _random_mask(base.removeprefix("mask-"), batch, heads_q, seq_q, seq_k, dtype,
+                            gen, device)
+    elif base == "lengths":
+        lengths = _lengths(batch, seq_k, gen, device)
+    return Variant(causal=causal, window=window, stride=stride or 1, mask=mask,
+                   key_lengths=lengths, left_padding=left)
+
+
+def _run(variant: Variant, q, k, v):
+    return lambda out: flash_attention(q, k, v, out=out, **variant.kwargs())
+
+
+def _sweep_checks(cases, dtypes, gen, device) -> list[Check]:
+    checks = []
+    for b, hq, hkv, sq, sk, d, pattern, options in cases:
+        for dname in dtypes:
+            dtype = DTYPES[dname]
+            scale = LARGE if "large" in options else 1.0
+            q, k, v = _case_inputs(b, hq, hkv, sq, sk, d, dtype, gen, device, scale=scale,
+                                   strided="strided" in options)
+            variant = sweep_variant(pattern, b, hq, sq, sk, dtype, gen, device)
+            name = (f"{dname} B{b} Hq{hq}/Hkv{hkv} Sq{sq} Sk{sk} D{d}: {variant.describe()}"
+                    + (f" ({options})" if options else ""))
+            checks.append(check_variant(name, _run(variant, q, k, v), q, k, v, variant))
+    return checks
+
+
+def variants_small_group(args=None):
+    """One tiny case of every pattern in each dtype (what compute-sanitizer runs)."""
+    device = pick_device(getattr(args, "device", None))
+    gen, _ = fresh_generator(getattr(args, "seed", None), device)
+    small = [(2, 4, 2, 17, 33, 64, p, "") for p in
+             ("causal", "full", "window5", "stride3", "mask-bool", "mask-float", "lengths",
+              "left-window4")] + [(1, 4, 1, 5, 70, 128, "causal", ""), (1, 2, 2, 1, 1, 8, "full", "")]
+    return _sweep_checks(small, DTYPES, gen, device), {}
+
+
+def variants_group(args=None):
+    device = pick_device(getattr(args, "device", None))
+    gen, _ = fresh_generator(getattr(args, "seed", None), device)
+    return _sweep_checks(SWEEP, DTYPES, gen, device), {}
+
+
+def variants_inputs_group(args=None):
+    """Bad descriptions raise ValueError/TypeError with a sentence naming what is wrong."""
+    device = pick_device(getattr(args, "device", None))
+    strict = (ValueError, TypeError)
+    checks = []
+    for dname in ("fp32", "fp16"):
+        dtype = DTYPES[dname]
+        q, k, v = random_qkv(2, 4, 16, 64, dtype=dtype, device=device, seq_k=24)
+        lengths = torch.tensor([24, 3], dtype=torch.int32, device=device)
+
+        def raises(name, fn, mention, dname=dname):
+            return check_raises(f"{dname} {name}", fn, exc_types=strict, must_mention=mention)
+
+        checks += [
+            raises("H_q 4 over H_kv 3", lambda: flash_attention(q, k[:, :3], v[:, :3]), "multiple"),
+            raises("window 0", lambda: flash_attention(q, k, v, window=0), "window"),
+            raises("window -5", lambda: flash_attention(q, k, v, True, window=-5), "window"),
+            raises("stride 0", lambda: flash_attention(q, k, v, stride=0), "stride"),
+            raises("mask of the wrong shape",
+                   lambda: flash_attention(q, k, v, mask=torch.ones(16, 23, dtype=torch.bool,
+                                                                    device=device)), "broadcast"),
+            raises("mask with 5 dimensions",
+                   lambda: flash_attention(q, k, v, mask=torch.ones(1, 1, 1, 16, 24,
+                                                                    dtype=torch.bool,
+                                                                    device=device)), "dimensions"),
+            raises("mask of dtype int64",
+                   lambda: flash_attention(q, k, v, mask=torch.ones(16, 24, dtype=torch.int64,
+                                                                    device=device)), "dtype"),
+            raises("mask on the CPU",
+                   lambda: flash_attention(q, k, v, mask=torch.ones(16, 24, dtype=torch.bool)),
+                   "CUDA"),
+            raises("key_lengths of dtype int64",
+                   lambda: flash_attention(q, k, v, key_lengths=lengths.long()), "int32"),
+            raises("key_lengths of the wrong shape",
+                   lambda: flash_attention(q, k, v, key_lengths=lengths[:1].repeat(3)), "shape"),
+            raises("key_lengths beyond S_k",
+                   lambda: flash_attention(q, k, v, key_lengths=lengths + 1), "[0, 24]"),
+            raises("negative key_lengths",
+                   lambda: flash_attention(q, k, v, key_lengths=lengths - 4), "[0, 24]"),
+            raises("left_padding without key_lengths",
+                   lambda: flash_attention(q, k, v, left_padding=True), "key_lengths"),
+        ]
+    torch.cuda.synchronize()
+    return checks, {}
+
+
+# ---- the strided-attention task -------------------------------------------------------------
+
+def naive_strided_attention(q, k, v, stride: int, causal: bool = True) -> torch.Tensor:
+    """The naive PyTorch version (task 1's recipe plus a mask): scores, the strided (and
+    causal) pattern as a materialised [S, S] mask, softmax, @ V, in the input dtype."""
+    seq_q, seq_k = q.shape[-2], k.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    pos = torch.arange(seq_q, device=q.device).unsqueeze(1) + (seq_k - seq_q)
+    cols = torch.arange(seq_k, device=q.device).unsqueeze(0)
+    keep = (pos - cols) % stride == 0
+    if causal:
+        keep &= cols <= pos
+    scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+
+STRIDED_BENCH = (1, 16, 4096, 64)   # (B, H, S, D), fp16
+STRIDES = (2, 4, 8)
+
+
+def strided_group(args=None):
+    """The strided-attention task: naive reference, our kernel against it, SDPA + mask."""
+    import torch.nn.functional as F
+
+    device = pick_device(getattr(args, "device", None))
+    gen, _ = fresh_generator(getattr(args, "seed", None), device)
+    checks, metrics = [], {}
+    # Our kernel against the naive version (and both against float64 by FA-2's criterion).
+    for stride in (1, 2, 3, 5, 8):
+        q, k, v = _case_inputs(2, 4, 4, 300, 300, 64, torch.float16, gen, device)
+        variant = Variant(causal=True, stride=stride)
+        naive = naive_strided_attention(q, k, v, stride)
+        ours = flash_attention(q, k, v, True, stride=stride)
+        diff = (ours.float() - naive.float()).abs().max().item()
+        checks.append(Check(f"stride {stride}: kernel vs naive PyTorch (fp16)", diff < 2e-2,
+                            f"max |ours - naive| {diff:.1e}"))
+        checks.append(check_variant(f"stride {stride}: kernel vs float64", _run(variant, q, k, v),
+                                    q, k, v, variant))
+    b, h, s, d = STRIDED_BENCH
+    flops_dense = attention_flops(b, h, s, s, d, causal=True)
+    sets = [_case_inputs(b, h, h, s, s, d, torch.float16, gen, device) for _ in range(3)]
+    for stride in STRIDES:
+        keep = keep_mask(1, 1, s, s, Variant(causal=True, stride=stride), device=device)
+        ours_ms = time_cuda(lambda q, k, v, st=stride: flash_attention(q, k, v, True, stride=st),
+                            inputs=sets).median_ms
+        sdpa_ms = time_cuda(lambda q, k, v, m=keep: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=m), inputs=sets).median_ms
+        key = f"task4.variants.fp16.stride{stride}_s{s}"
+        metrics.update({f"{key}.ms": ours_ms, f"{key}.sdpa_mask_ms": sdpa_ms,
+                        f"{key}.speedup_vs_sdpa_mask": sdpa_ms / ours_ms})
+        checks.append(Check(f"strided {stride}, B{b} H{h} S{s} D{d}: ours vs SDPA + mask", True,
+                            f"ours {ours_ms:.3f} ms, SDPA with the [S, S] mask {sdpa_ms:.3f} ms: "
+                            f"{sdpa_ms / ours_ms:.2f}x (dense-causal-equivalent "
+                            f"{tflops(flops_dense, ours_ms):.0f} TFLOP/s)"))
+    return checks, metrics
+
+
+# ---- benchmarks -------------------------------------------------------------------------------
+
+WINDOW_BENCH = (1, 32, 16384, 128, 4096)   # (B, H, S, D, window), fp16
+DENSE_BENCH = [(4, 32, 4096, 128), (8, 32, 2048, 64)]
+WINDOW_TARGET = 3.0
+BEFORE_TARGET = 0.97
+
+
+def _before_extension():
+    """The tensor-core kernel as it was before the variants (sources in .baseline/, an
+    ignored folder a benchmark run carries), built as its own extension; None without it."""
+    from pathlib import Path
+
+    from common.build import load_extension
+
+    root = Path(__file__).resolve().parent.parent / ".baseline"
+    if not (root / "flash_attention_mma.cu").exists():
+        return None
+    # The sources include "attention_checks.cuh" with quotes: the copy beside them wins.
+    names = ["binding.cpp", "flash_attention.cu", "flash_attention_mma.cu",
+             "flash_attention_mma_fp16.cu", "flash_attention_mma_bf16.cu"]
+    return load_extension("custom_flash_attention_before", [root / n for n in names])
+
+
+def variants_bench_group(args=None):
+    device = pick_device(getattr(args, "device", None))
+    gen, _ = fresh_generator(getattr(args, "seed", None), device)
+    checks, metrics = [], {}
+    # Sliding window against dense causal, same shape, same run.
+    b, h, s, d, w = WINDOW_BENCH
+    sets = [_case_inputs(b, h, h, s, s, d, torch.float16, gen, device) for _ in range(2)]
+    dense_ms = time_cuda(lambda q, k, v: flash_attention(q, k, v, True), inputs=sets).median_ms
+    window_ms = time_cuda(lambda q, k, v: flash_attention(q, k, v, True, window=w),
+                          inputs=sets).median_ms
+    visible = w * (w + 1) / 2 + (s - w) * w            # (query, key) pairs per head
+    bound = (s * (s + 1) / 2) / visible                # the speedup if cost ~ visible pairs
+    key = f"task4.variants.fp16.window{w}_s{s}"
+    speedup = dense_ms / window_ms
+    metrics.update({f"{key}.ms": window_ms, f"{key}.dense_causal_ms": dense_ms,
+                    f"{key}.speedup_vs_dense_causal": speedup,
+                    f"{key}.work_ratio": bound,
+                    f"{key}.tflops": tflops(4 * b * h * visible * d, window_ms)})
+    checks.append(Check(f"window {w} at S {s}: speedup over dense causal >= {WINDOW_TARGET}",
+                        speedup >= WINDOW_TARGET,
+                        f"{speedup:.2f}x (window {window_ms:.2f} ms, dense causal {dense_ms:.2f} ms;"
+                        f" the visible pairs alone allow {bound:.2f}x)", target=True))
+    # Dense kernels against the kernel before the variants, same inputs, same run.
+    before = _before_extension()
+    for shape in DENSE_BENCH:
+        b, h, s, d = shape
+        sets = [_case_inputs(b, h, h, s, s, d, torch.float16, gen, device) for _ in range(3)]
+        label = f"dense_b{b}_h{h}_s{s}_d{d}"
+        for causal in (False, True):
+            mask_name = "causal" if causal else "noncausal"
+            flops = attention_flops(b, h, s, s, d, causal=causal)
+            now = time_cuda(lambda q, k, v, c=causal: flash_attention(q, k, v, c), inputs=sets,
+                            repeats=50).median_ms
+            key = f"task4.variants.fp16.{label}.{mask_name}"
+            metrics[f"{key}.tflops"] = tflops(flops, now)
+            line = f"now {tflops(flops, now):.0f} TFLOP/s"
+            if before is not None:
+                then = time_cuda(lambda q, k, v, c=causal: before.flash_attention_mma(q, k, v, c),
+                                 inputs=sets, repeats=50).median_ms
+                # time the current kernel again after the old one: the spread is the noise
+                again = time_cuda(lambda q, k, v, c=causal: flash_attention(q, k, v, c),
+                                  inputs=sets, repeats=50).median_ms
+                ratio = then / ((now + again) / 2)
+                metrics.update({f"{key}.before_tflops": tflops(flops, then),
+                                f"{key}.ratio_vs_before": ratio})
+                line += (f" (again {tflops(flops, again):.0f}), before the variants "
+                         f"{tflops(flops, then):.0f}: ratio {ratio:.3f}")
+                checks.append(Check(f"fp16 {label} {mask_name}: ratio_vs_before >= {BEFORE_TARGET}",
+                                    ratio >= BEFORE_TARGET, line, target=True))
+            else:
+                checks.append(Check(f"fp16 {label} {mask_name}", True,
+                                    line + "; no .baseline/ sources, so no before-kernel"))
+    return checks, metrics
+
+
+GROUPS = {"variants-small": variants_small_group, "variants": variants_group,
+          "variants-inputs": variants_inputs_group, "strided": strided_group,
+          "variants-bench": variants_bench_group}
