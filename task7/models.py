@@ -184,18 +184,14 @@ def chunked_logits_check(model, ids, mask, split: int) -> tuple[bool, float, int
     """Prompt in two chunks through a DynamicCache on our kernels vs one pass with sdpa.
 
     Returns (within fp32 rounding, max |diff| of the second chunk's logits, fallbacks)."""
-    from transformers import DynamicCache
-
     set_attention(model, "sdpa")
     full = model(input_ids=ids, attention_mask=mask).logits[:, split:].float()
     use_course_attention(model)
     hf_attention.reset_counters()
-    try:
-        cache = DynamicCache(config=model.config)
-    except TypeError:                               # older transformers: no config argument
-        cache = DynamicCache()
-    model(input_ids=ids[:, :split], attention_mask=mask[:, :split], past_key_values=cache,
-          use_cache=True)
+    # The cache the model makes itself (a DynamicCache, with sliding layers where the config
+    # has them; older versions return their own kind), handed back for the second chunk.
+    cache = model(input_ids=ids[:, :split], attention_mask=mask[:, :split],
+                  use_cache=True).past_key_values
     second = model(input_ids=ids[:, split:], attention_mask=mask, past_key_values=cache,
                    use_cache=True).logits.float()
     fallbacks = hf_attention.fallback_total()

@@ -46,13 +46,21 @@ def _attend(q, k, v, mask, **kwargs):
     return out.transpose(1, 2)          # -> [B, H_q, Sq, D]
 
 
-def _sdpa_mask(batch, q_len, kv_len, q_offset, padding, window=None):
+def _sdpa_mask(batch, q_len, kv_len, q_offset, padding, window=None, device="cpu"):
+    """transformers' own mask for our name (sdpa_mask), always materialised, any >= 4.53."""
+    import inspect
+
     masking = pytest.importorskip("transformers.masking_utils")
-    kwargs = dict(q_offset=q_offset, attention_mask=padding)
+    kwargs = dict(batch_size=batch, kv_length=kv_len, attention_mask=padding,
+                  allow_is_causal_skip=False)
+    if "cache_position" in inspect.signature(masking.sdpa_mask).parameters:    # < 5.0
+        kwargs["cache_position"] = torch.arange(q_offset, q_offset + q_len, device=device)
+    else:
+        kwargs.update(q_length=q_len, q_offset=q_offset, device=device)
     if window:
         kwargs.update(mask_function=masking.sliding_window_causal_mask_function(window),
                       local_size=window)
-    return masking.sdpa_mask(batch, q_len, kv_len, **kwargs)
+    return masking.sdpa_mask(**kwargs)
 
 
 def _left_padding(batch_lengths, width):
@@ -87,7 +95,7 @@ def test_qwen2_hybrid_sliding_layers_and_a_decode_chunk(one_thread):
     """Qwen2 with a sliding layer beside a full one (two masks per forward, both cached), the
     prompt in three chunks: prefill, a multi-token chunk across the window, a single token."""
     transformers = pytest.importorskip("transformers")
-    from transformers import AutoModelForCausalLM, DynamicCache
+    from transformers import AutoModelForCausalLM
 
     config = models.model_config("qwen2").to_dict()
     config.update(use_sliding_window=True, max_window_layers=1, sliding_window=12,
@@ -102,11 +110,11 @@ def test_qwen2_hybrid_sliding_layers_and_a_decode_chunk(one_thread):
         full = model(input_ids=ids, attention_mask=mask).logits.float()
         hf_attention.use_course_attention(model)
         hf_attention.reset_counters()
-        cache = DynamicCache(config=model.config)
-        pieces = []
+        cache, pieces = None, []
         for lo, hi in ((0, 30), (30, 47), (47, 48)):
             out = model(input_ids=ids[:, lo:hi], attention_mask=mask[:, :hi],
                         past_key_values=cache, use_cache=True)
+            cache = out.past_key_values          # the model's own cache (sliding layers too)
             pieces.append(out.logits.float())
     assert hf_attention.fallback_total() == 0, hf_attention.fallback_counts()
     chunked = torch.cat(pieces, dim=1)
@@ -303,19 +311,14 @@ def test_plans_on_the_kernels_gpu(dtype):
     from common.variants import fa2_criterion, pytorch_attention_variant
 
     padding = _left_padding([40, 33, 17], 40).cuda()
-    masking = pytest.importorskip("transformers.masking_utils")
     cases = [
-        ("left-padded prefill", 40, 0, masking.sdpa_mask(3, 40, 40, attention_mask=padding,
-                                                         device="cuda")),
-        ("window 7, chunk after a cache", 9, 31,
-         masking.sdpa_mask(3, 9, 40, q_offset=31, attention_mask=padding, device="cuda",
-                           mask_function=masking.sliding_window_causal_mask_function(7),
-                           local_size=7)),
-        ("left-padded decode", 1, 39, masking.sdpa_mask(3, 1, 40, q_offset=39,
-                                                        attention_mask=padding, device="cuda")),
-        ("random mask", 40, 0, torch.rand(3, 1, 40, 40, device="cuda") > 0.3),
+        ("left-padded prefill", 40, _sdpa_mask(3, 40, 40, 0, padding, device="cuda")),
+        ("window 7, chunk after a cache", 9, _sdpa_mask(3, 9, 40, 31, padding, window=7,
+                                                        device="cuda")),
+        ("left-padded decode", 1, _sdpa_mask(3, 1, 40, 39, padding, device="cuda")),
+        ("random mask", 40, torch.rand(3, 1, 40, 40, device="cuda") > 0.3),
     ]
-    for name, q_len, _, mask in cases:
+    for name, q_len, mask in cases:
         q, k, v = (t.cuda() for t in _qkv(3, 8, 2, q_len, 40, head_dim=64, dtype=dtype))
         out = _attend(q, k, v, mask)
         variant = Variant(mask=mask)
