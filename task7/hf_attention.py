@@ -126,7 +126,7 @@ class Plan:
 
     kind: str
     causal: bool = False
-    window: int = 0
+    window: int = 0                             # 0: no window
     key_lengths: torch.Tensor | None = None     # [B] int32 on the query's device
     left_padding: bool = False
     mask: torch.Tensor | None = None
@@ -134,8 +134,8 @@ class Plan:
     reason: str = ""
 
     def kernel_kwargs(self) -> dict:
-        """Keyword arguments of task5.attention.attention."""
-        return dict(causal=self.causal, window=self.window, mask=self.mask,
+        """Keyword arguments of task5.attention.attention (window None = no window)."""
+        return dict(causal=self.causal, window=self.window or None, mask=self.mask,
                     key_lengths=self.key_lengths, left_padding=self.left_padding)
 
     def describe(self) -> str:

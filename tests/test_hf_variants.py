@@ -84,6 +84,47 @@ def test_model_on_the_routing_cpu(model, case, one_thread):
     assert r.chunked_ok, f"chunked logits differ by {r.chunked_diff:.2e}"
 
 
+def _kernel_contract(q, k, v, *, causal, window, mask, key_lengths, left_padding, **rest):
+    """What task5.attention.attention's CUDA path accepts (checked here on the CPU, where its
+    twin would accept more): window None or >= 1, key_lengths int32 [B] in [0, S_k], a bool
+    or fp32/q-dtype mask broadcastable to [B, H_q, S_q, S_k], one dtype, contiguous last dims."""
+    batch, heads_q, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    assert window is None or (isinstance(window, int) and window >= 1), window
+    assert q.dtype == k.dtype == v.dtype and head_dim % 8 == 0 and head_dim <= 128
+    assert heads_q % k.shape[1] == 0 and all(t.stride(-1) == 1 for t in (q, k, v))
+    if key_lengths is not None:
+        assert key_lengths.dtype == torch.int32 and key_lengths.shape == (batch,)
+        assert 0 <= int(key_lengths.min()) and int(key_lengths.max()) <= seq_k
+    if mask is not None:
+        assert mask.dtype in (torch.bool, torch.float32, q.dtype), mask.dtype
+        torch.broadcast_shapes(mask.shape, (batch, heads_q, seq_q, seq_k))
+        assert mask.dim() == 4
+
+
+@pytest.mark.parametrize("model,case", [("mistral", "padded"), ("qwen2", "single")])
+def test_kernel_arguments_keep_the_cuda_contract(model, case, one_thread, monkeypatch):
+    import task5.attention as entry
+
+    real, seen = entry.attention, []
+
+    def checked(q, k, v, **kwargs):
+        _kernel_contract(q, k, v, **kwargs)
+        seen.append(kwargs)
+        return real(q, k, v, **kwargs)
+
+    monkeypatch.setattr(entry, "attention", checked)
+    r = models.run_case(model, case, device="cpu", new_tokens=6, fp16=False, timing=False)
+    assert r.tokens_equal and seen
+    # the mask route too: a static cache of 28 holding a prompt of 21, sequence 1 padded by 6
+    padded = torch.zeros(2, 28, dtype=torch.bool)
+    padded[0, :21] = True
+    padded[1, 6:21] = True
+    q, k, v = _qkv(2, 4, 2, 21, 28)
+    _attend(q, k, v, _sdpa_mask(2, 21, 28, 0, padded))
+    assert any(kw["mask"] is not None for kw in seen)
+
+
 def test_model_metrics_have_the_issue_names():
     r = models.CaseResult("llama", "padded", tokens_equal=True)
     metrics = r.metrics()
