@@ -20,6 +20,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from common.limits import define_flags
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_ROOT = REPO_ROOT / "build"
 COMMON_CSRC = REPO_ROOT / "common" / "csrc"
@@ -27,8 +29,10 @@ COMMON_CSRC = REPO_ROOT / "common" / "csrc"
 # -O3 everywhere; -lineinfo so compute-sanitizer and ncu can point at source lines.
 # No --use_fast_math: the fp32 course path is graded at atol 1e-6, so each kernel chooses
 # its fast intrinsics (exp2f, __expf) where it has shown they are accurate enough.
-CXX_FLAGS = ["-O3"]
-CUDA_FLAGS = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
+# Every build also gets the kernels' limits as -D defines (common/limits.py: ATTN_MAX_HEAD_DIM,
+# ATTN_HEAD_DIM_MULTIPLE), so the C++ side checks the same numbers the Python side does.
+CXX_FLAGS = ["-O3", *define_flags()]
+CUDA_FLAGS = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", *define_flags()]
 
 
 class BuildError(RuntimeError):

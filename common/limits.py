@@ -1,0 +1,48 @@
+"""What the attention kernels of tasks 4 and 5 accept: the one home of these numbers.
+
+Python code checks against these constants (`supports`, `check_head_dim`), and
+`common.build` passes the same values to every extension build as `-DATTN_MAX_HEAD_DIM=128
+-DATTN_HEAD_DIM_MULTIPLE=8` (nvcc and the C++ compiler alike; `common.tools.compile_check`
+too), so a kernel checks with the macros, never a literal of its own.
+
+The reasons: head_dim <= 128 sizes the kernels' registers and shared memory (one 128-wide
+row per thread group); a multiple of 8 keeps every row 16-byte aligned for fp16/bf16 vector
+loads (8 halves) and the tensor-core fragments whole.
+"""
+
+from __future__ import annotations
+
+MAX_HEAD_DIM = 128
+HEAD_DIM_MULTIPLE = 8
+
+# The preprocessor names the extensions see, and their values.
+DEFINES = {"ATTN_MAX_HEAD_DIM": MAX_HEAD_DIM, "ATTN_HEAD_DIM_MULTIPLE": HEAD_DIM_MULTIPLE}
+
+
+def define_flags() -> list[str]:
+    """['-DATTN_MAX_HEAD_DIM=128', '-DATTN_HEAD_DIM_MULTIPLE=8'] for nvcc and the C++ compiler."""
+    return [f"-D{name}={value}" for name, value in DEFINES.items()]
+
+
+def describe() -> str:
+    """The rule, as error messages say it."""
+    return f"a multiple of {HEAD_DIM_MULTIPLE} up to {MAX_HEAD_DIM}"
+
+
+def supports(head_dim: int) -> bool:
+    """Do the task 4 and task 5 kernels take this head_dim?"""
+    return 0 < head_dim <= MAX_HEAD_DIM and head_dim % HEAD_DIM_MULTIPLE == 0
+
+
+def unsupported_reason(head_dim: int) -> str | None:
+    """None if the kernels take `head_dim`; else one sentence saying why not."""
+    if supports(head_dim):
+        return None
+    return f"head_dim {head_dim} is not {describe()}, which the attention kernels take"
+
+
+def check_head_dim(head_dim: int, hint: str = "") -> None:
+    """ValueError naming the rule (and `hint`, what to do instead) if the kernels refuse it."""
+    reason = unsupported_reason(head_dim)
+    if reason:
+        raise ValueError(reason + (f"; {hint}" if hint else "") + ".")
