@@ -21,6 +21,8 @@ import math
 import torch
 from torch import nn
 
+from common.inputs import check_heads, check_module_input, check_weights
+
 
 class CustomSelfAttention(nn.Module):
     """Multi-head self-attention with the weights of an nn.MultiheadAttention (no biases).
@@ -30,14 +32,15 @@ class CustomSelfAttention(nn.Module):
 
     def __init__(self, w_q, w_k, w_v, w_o, hidden_dim: int, num_heads: int):
         super().__init__()
-        if hidden_dim % num_heads != 0:
-            raise ValueError(f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}.")
+        # Wrong arguments fail here, with a sentence that says what to change (common/inputs.py).
+        self.head_dim = check_heads(hidden_dim, num_heads)
+        check_weights({"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": w_o}, hidden_dim)
         self.w_q, self.w_k, self.w_v, self.w_o = w_q, w_k, w_v, w_o
         self.hidden_dim = hidden_dim
         self.num_heads = num_heads
-        self.head_dim = hidden_dim // num_heads
 
     def forward(self, x: torch.Tensor, causal: bool = False) -> torch.Tensor:
+        check_module_input(x, self.hidden_dim, self.w_q)
         batch, seq, _ = x.shape
         # BEGIN SOLUTION
         # HINT: Project x to q, k, v; split the heads with view + transpose to
