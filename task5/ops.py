@@ -1,7 +1,8 @@
-"""The attention operations task 7 runs GPT-2 on: our CUDA kernels, or the same in plain PyTorch.
+"""The attention operations tasks 6 and 7 run their models on: our kernels, or the same in PyTorch.
 
-Both sets have one interface, so the generation loop (inference.py) and the Hugging Face
-attention function (hf_attention.py) are written once:
+One contract, two implementations, so a model is written once against it: task 6's decoder
+(task6/model.py), task 7's GPT-2 loop (task7/inference.py) and its Hugging Face attention
+function (task7/hf_attention.py):
 
     allocate_kv_cache(batch, max_seq_len, hidden, dtype, device) -> (k_cache, v_cache)
         each [B, max_seq_len, hidden]: token-major, the heads interleaved in hidden (task 5).
@@ -13,6 +14,8 @@ attention function (hf_attention.py) are written once:
         one query per sequence against cache positions [0, seq_len).
     decode_attention_bhsd(q, k, v, seq_len) -> [B, H, 1, D]         (task 5)
         the same on [B, H, S_max, D] views (Hugging Face's cache layout).
+    decode_linear(x, weight, bias=None, residual=None) -> x @ weight.T (+ bias) (+ residual)
+        the few-row products of a decode step (task 5's decode_linear.cu; not graded).
 
 `current_pos` and `seq_len` are Python ints or CUDA int32 tensors read on the device, which
 is what lets a CUDA graph replay the decode step while the position advances in place.
@@ -42,19 +45,21 @@ class AttentionOps:
     flash_attention: Callable
     decode_attention: Callable
     decode_attention_bhsd: Callable
+    decode_linear: Callable
 
 
 # --- our kernels ------------------------------------------------------------------------
 
 @cache
 def kernel_ops() -> AttentionOps:
-    """Task 4's flash_attention and task 5's cache and decode kernels (CUDA tensors only)."""
+    """Task 4's flash_attention and task 5's cache, decode and decode_linear kernels (CUDA)."""
     # Imported here, not at the top: this module must import on machines without the
     # extensions (a CPU), and building them is needed only when they are used.
     task4 = importlib.import_module("task4.attention")
     task5 = importlib.import_module("task5.attention")
     return AttentionOps("kernels", task5.allocate_kv_cache, task5.update_kv_cache,
-                        task4.flash_attention, task5.decode_attention, task5.decode_attention_bhsd)
+                        task4.flash_attention, task5.decode_attention, task5.decode_attention_bhsd,
+                        task5.decode_linear)
 
 
 # --- the same in plain PyTorch ------------------------------------------------------------
@@ -118,12 +123,17 @@ def _torch_decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal=Fals
     return _finish(o.transpose(1, 2).reshape(batch, 1, hidden), out)
 
 
+def _torch_decode_linear(x, weight, bias=None, residual=None):
+    out = F.linear(x, weight, bias)
+    return out if residual is None else out + residual
+
+
 @cache
 def torch_ops() -> AttentionOps:
     """The same operations with PyTorch's scaled_dot_product_attention (any device)."""
     return AttentionOps("torch", _torch_allocate_kv_cache, _torch_update_kv_cache,
                         _torch_flash_attention, _torch_decode_attention,
-                        _torch_decode_attention_bhsd)
+                        _torch_decode_attention_bhsd, _torch_decode_linear)
 
 
 BACKENDS = ("auto", "kernels", "torch")

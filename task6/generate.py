@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from common.graphs import capture_graph
 from common.timing import TokenClock, TokenTiming
 from task6.model import KVCache, customModel
 
@@ -52,31 +53,21 @@ class GraphDecodeStep:
             self.position.add_(1)
             return last
 
-        # PyTorch's rule for capture: run the code a few times first on a side stream, so that
-        # lazy work (cuBLAS handles and heuristics, kernel module loading, allocator growth)
-        # happens outside the capture. Each warm-up starts from the saved token and position,
-        # so they all write the cache at `position` with the token the first real step feeds:
-        # the same values it will write again, and nothing beyond the cache's end.
+        # Warm-ups on a side stream, then the capture (common.graphs.capture_graph). Each
+        # warm-up starts from the saved token and position, so they all write the cache at
+        # `position` with the token the first real step feeds: the same values it will write
+        # again, and nothing beyond the cache's end.
         saved_token, saved_position = self.token.clone(), self.position.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(self.WARMUP_STEPS):
-                self.token.copy_(saved_token)
-                self.position.copy_(saved_position)
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        self.token.copy_(saved_token)
-        self.position.copy_(saved_position)
 
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):   # records only: nothing runs, no state changes
-            self.logits = step()
+        def restore() -> None:
+            self.token.copy_(saved_token)
+            self.position.copy_(saved_position)
+
+        self.graph, self.logits = capture_graph(step, warmup=self.WARMUP_STEPS, reset=restore)
         # One replay, undone like the warm-ups: the first launch of a graph also uploads it to
         # the GPU, a one-time cost that is not part of the time between tokens.
         self.graph.replay()
-        self.token.copy_(saved_token)
-        self.position.copy_(saved_position)
+        restore()
 
     def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Run one step; return (the chosen tokens [B], the step's logits [B, vocab])."""

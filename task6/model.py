@@ -28,38 +28,26 @@ runs on a CPU. `model.attention_backend` switches between the two on the same we
 
 from __future__ import annotations
 
-import functools
-import importlib
 import math
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common import limits
+from task5.ops import AttentionOps, kernel_ops, torch_ops
 from task6.rope import RotaryEmbedding, apply_rope
 
 BACKENDS = ("custom", "torch")
-# What task 4's and task 5's kernels accept (they raise for anything else; we say it earlier).
-KERNEL_MAX_HEAD_DIM = 128
-KERNEL_HEAD_DIM_MULTIPLE = 8
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # one (k_cache, v_cache) per layer
 
 
-@functools.cache
-@functools.cache
-def kernels() -> SimpleNamespace:
-    """Task 4's and task 5's entry points, imported on first use (so this file imports on a
-    machine without CUDA; the import builds or loads the extensions)."""
-    task4 = importlib.import_module("task4.attention")
-    task5 = importlib.import_module("task5.attention")
-    return SimpleNamespace(flash_attention=task4.flash_attention,
-                           allocate_kv_cache=task5.allocate_kv_cache,
-                           update_kv_cache=task5.update_kv_cache,
-                           decode_attention=task5.decode_attention,
-                           decode_linear=task5.decode_linear)
+def kernels() -> AttentionOps:
+    """Task 4's and task 5's entry points (task5/ops.py), imported on first use (so this file
+    imports on a machine without CUDA; the import builds or loads the extensions)."""
+    return kernel_ops()
 
 
 @dataclass
@@ -145,35 +133,23 @@ class Attention(nn.Module):
         # END SOLUTION
 
     def attend_torch(self, q, k, v, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
-        """The same with plain PyTorch: tensor writes and F.scaled_dot_product_attention."""
+        """The same with the PyTorch twins of the kernels (task5/ops.py, torch_ops: tensor
+        writes and F.scaled_dot_product_attention): the reference the custom path must match.
+
+        A position and length that are tensors (CUDA graph) are read on the device; the decode
+        then attends to the whole cache and masks the unwritten tail, so this path's caches
+        are allocated with zeros (masked weights are 0, but 0 * NaN is NaN).
+        """
+        ops = torch_ops()
         batch, seq, heads, head_dim = q.shape
         hidden = heads * head_dim
-        if isinstance(step.current_pos, int):
-            k_cache[:, step.current_pos:step.current_pos + seq] = k.view(batch, seq, hidden)
-            v_cache[:, step.current_pos:step.current_pos + seq] = v.view(batch, seq, hidden)
-        else:  # a position tensor (CUDA graph): index_copy_ reads it on the device
-            positions = step.current_pos.reshape(1).long() + torch.arange(seq, device=q.device)
-            k_cache.index_copy_(1, positions, k.view(batch, seq, hidden))
-            v_cache.index_copy_(1, positions, v.view(batch, seq, hidden))
-
-        def split_heads(t):   # [B, L, hidden] (any batch stride) -> [B, heads, L, head_dim] view
-            return t.view(t.shape[0], t.shape[1], heads, head_dim).transpose(1, 2)
-
-        if not step.decode:
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                 v.transpose(1, 2), is_causal=True)
-        elif isinstance(step.seq_len, int):
-            out = F.scaled_dot_product_attention(q.transpose(1, 2),
-                                                 split_heads(k_cache[:, :step.seq_len]),
-                                                 split_heads(v_cache[:, :step.seq_len]))
-        else:
-            # The length lives on the device: attend to the whole cache and mask the unwritten
-            # tail. Masked weights are exactly 0, but 0 * NaN is NaN, so the tail must hold
-            # finite values: this path's caches are allocated with zeros.
-            keep = torch.arange(k_cache.shape[1], device=q.device) < step.seq_len
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), split_heads(k_cache),
-                                                 split_heads(v_cache),
-                                                 attn_mask=keep.view(1, 1, 1, -1))
+        ops.update_kv_cache(k_cache, v_cache, k.view(batch, seq, hidden),
+                            v.view(batch, seq, hidden), step.current_pos)
+        if step.decode:
+            return ops.decode_attention(q.view(batch, 1, hidden), k_cache, v_cache, heads,
+                                        step.seq_len)
+        out = ops.flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                  causal=True)
         return out.transpose(1, 2).reshape(batch, seq, hidden)
 
 
@@ -285,12 +261,10 @@ class customModel(nn.Module):
         if name not in BACKENDS:
             raise ValueError(f"attention must be one of {BACKENDS} (got {name!r}).")
         head_dim = self.hidden_dim // self.num_heads
-        if name == "custom" and (head_dim > KERNEL_MAX_HEAD_DIM
-                                 or head_dim % KERNEL_HEAD_DIM_MULTIPLE != 0):
+        if name == "custom" and not limits.supports(head_dim):
             raise ValueError(
-                f"attention='custom' runs kernels that take head_dim <= {KERNEL_MAX_HEAD_DIM} and a "
-                f"multiple of {KERNEL_HEAD_DIM_MULTIPLE}, but hidden_dim / num_heads = {head_dim}; "
-                "use more heads, or attention='torch'.")
+                f"attention='custom' runs kernels that take a head_dim {limits.describe()}, but "
+                f"hidden_dim / num_heads = {head_dim}; use more heads, or attention='torch'.")
         self._attention_backend = name
 
     @property
@@ -313,12 +287,8 @@ class customModel(nn.Module):
                              "(RoPE tables cover max_seq_len positions).")
         if batch < 1:
             raise ValueError(f"batch must be >= 1 (got {batch}).")
-        if self.attention_backend == "custom":
-            alloc = kernels().allocate_kv_cache
-            return [alloc(batch, max_len, self.hidden_dim, self.dtype, self.device)
-                    for _ in range(self.num_layers)]
-        return [tuple(torch.zeros(batch, max_len, self.hidden_dim, dtype=self.dtype,
-                                  device=self.device) for _ in range(2))
+        ops = kernels() if self.attention_backend == "custom" else torch_ops()
+        return [ops.allocate_kv_cache(batch, max_len, self.hidden_dim, self.dtype, self.device)
                 for _ in range(self.num_layers)]
 
     # --- the forward pass -------------------------------------------------------------------

@@ -42,7 +42,7 @@ from task7.gpt2 import (
 from task7.hf_attention import NAME, set_attention, use_course_attention
 from task7.inference import KernelGPT2, generate
 from task7.inference_ref import hf_generate
-from task7.ops import ops_for
+from task5.ops import ops_for
 
 PARITY_TOKENS = 50
 LOGIT_RTOL = 1e-4      # max |logit diff| allowed, relative to the largest |logit| (at least 1)

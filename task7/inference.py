@@ -3,7 +3,7 @@
     python -m task7.inference                       # gpt2 from the hub, the course prompt, sampled
     python -m task7.inference --greedy              # argmax decoding (deterministic)
     python -m task7.inference --random-weights      # offline: GPT-2 from its config, seeded
-    python -m task7.inference --record              # what common.run_all runs (records results)
+    python -m task7.inference --record              # what common.tools.run_all runs (records results)
 
 The idea: keep everything of Hugging Face's GPT-2 except attention. Its own modules do the
 rest (token and position embeddings wte/wpe, layer norms ln_1/ln_2/ln_f, the MLP, lm_head),
@@ -46,6 +46,7 @@ from statistics import median
 
 import torch
 
+from common.graphs import capture_graph
 from common.timing import TokenClock, TokenTiming
 from task7.gpt2 import (
     ModelUnavailable,
@@ -57,7 +58,8 @@ from task7.gpt2 import (
     render,
     settings_line,
 )
-from task7.ops import BACKENDS, AttentionOps, ops_for
+from task5.ops import BACKENDS, AttentionOps, ops_for
+from task7 import manifest as M
 
 WARMUP_TOKENS = 4
 REPLAY_CHECK_ROWS = 6   # capture_decode_graph writes cache rows [0, 6) while checking a replay
@@ -208,17 +210,10 @@ class KernelGPT2:
             self.token.zero_()
             self.pos.zero_()
             self.seq_len.fill_(1)
-            # PyTorch's recipe: warm up on a side stream (lazy initialisation, cuBLAS
-            # workspaces) so that nothing of that is recorded into the graph.
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self.decode_step(self.token, self.pos, self.seq_len)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                logits = self.decode_step(self.token, self.pos, self.seq_len)
+            # Warm-ups on a side stream (lazy initialisation, cuBLAS workspaces), so that
+            # nothing of that is recorded, then the capture (common.graphs.capture_graph).
+            graph, logits = capture_graph(
+                lambda: self.decode_step(self.token, self.pos, self.seq_len), warmup=2)
             torch.cuda.synchronize()
         except NotImplementedError:
             raise
@@ -431,8 +426,8 @@ def record_run(args: argparse.Namespace, setup: Setup, runner: KernelGPT2) -> in
     n = args.max_new_tokens
     greedy = generate(runner, setup.input_ids, n, greedy=True, **sampled)
     sample = generate(runner, setup.input_ids, n, greedy=False, **sampled)
-    texts = {"task7.text.greedy": _labelled_text(setup, args, greedy.ids, True),
-             "task7.text.sampled": _labelled_text(setup, args, sample.ids, False)}
+    texts = {M.TEXT_GREEDY: _labelled_text(setup, args, greedy.ids, True),
+             M.TEXT_SAMPLED: _labelled_text(setup, args, sample.ids, False)}
 
     # Timed: the course settings (sampled), several runs each, after the warm-ups above.
     hf_generate(setup.model, setup.input_ids, WARMUP_TOKENS, greedy=False, **sampled)
@@ -443,13 +438,11 @@ def record_run(args: argparse.Namespace, setup: Setup, runner: KernelGPT2) -> in
     tbt, ref_tbt = median([t.tbt_ms for t in ours]), median([t.tbt_ms for t in ref])
     ttft, ref_ttft = median([t.ttft_ms for t in ours]), median([t.ttft_ms for t in ref])
     metrics = {
-        "task7.tbt_ms": tbt, "task7.ref_tbt_ms": ref_tbt,
-        "task7.speedup_vs_ref.tbt": ref_tbt / tbt,
-        "task7.ttft_ms": ttft, "task7.ref_ttft_ms": ref_ttft,
-        "task7.speedup_vs_ref.ttft": ref_ttft / ttft,
-        "task7.tokens_per_s": median([t.tokens_per_s for t in ours]),
-        "task7.ref_tokens_per_s": median([t.tokens_per_s for t in ref]),
-        "task7.cuda_graph": 1.0 if runner.graph is not None else 0.0,
+        M.TBT_MS: tbt, M.REF_TBT_MS: ref_tbt, M.TBT_SPEEDUP: ref_tbt / tbt,
+        M.TTFT_MS: ttft, M.REF_TTFT_MS: ref_ttft, M.TTFT_SPEEDUP: ref_ttft / ttft,
+        M.TOKENS_PER_S: median([t.tokens_per_s for t in ours]),
+        M.REF_TOKENS_PER_S: median([t.tokens_per_s for t in ref]),
+        M.CUDA_GRAPH: 1.0 if runner.graph is not None else 0.0,
     }
     _say(f"ours: TBT {tbt:.3f} ms, TTFT {ttft:.2f} ms; stock generate: TBT {ref_tbt:.3f} ms, "
          f"TTFT {ref_ttft:.2f} ms; TBT speedup {ref_tbt / tbt:.2f}x (median of {len(ours)} runs)")

@@ -31,7 +31,7 @@ from task7 import compare, gpt2
 from task7.hf_attention import course_attention_forward, plan_attention
 from task7.inference import KernelGPT2, generate
 from task7.inference_ref import hf_generate
-from task7.ops import ops_for
+from task5.ops import ops_for
 
 # A GPT-2 small enough for a sanitizer run: 2 layers, 2 heads of 64 (GPT-2's head size),
 # 128 positions.
