@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from common.checks import Check, check_allclose, check_relative, correctness_passed, report
+from common.manifest import module_metric
 from common.mha import make_mha, mha_forward, mha_weights, reference_module_output
 from common.timing import time_any
 
@@ -29,6 +30,30 @@ def pick_device(requested: str | None = None) -> torch.device:
     if requested:
         return torch.device(requested)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def device_problem(requested: str | None) -> str | None:
+    """None if `requested` (a --device value; None = the default) can run here, else one
+    sentence saying why not: every `python -m taskN.test --device ...` checks this first, so
+    asking for a GPU that is not there is one line, not a torch traceback."""
+    if not requested:
+        return None
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, ValueError):
+        return f"--device {requested!r} is not a device torch knows; use cuda or cpu."
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = ("this PyTorch is a CPU-only build" if torch.version.cuda is None
+                     else "no CUDA GPU is visible to torch")
+            return (f"--device {requested} asks for an NVIDIA GPU, but {build}; run it on a "
+                    "GPU machine, or with --device cpu where the task runs on a CPU.")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            return (f"--device {requested} asks for GPU {device.index}, but torch sees "
+                    f"{torch.cuda.device_count()} GPU(s).")
+    elif device.type != "cpu":
+        return f"--device {requested} is not supported here; use cuda or cpu."
+    return None
 
 
 @contextlib.contextmanager
@@ -100,7 +125,8 @@ def module_checks(task: str, make_module: Callable, *, hidden: int, heads: int,
     weights seeded by `weight_seed`), then the relative error against the float64 module on
     the first `fp64_max_batch` sequences (float64 at full size would not fit), and, with
     `timing`, the speedup over nn.MultiheadAttention (median of CUDA-event timings).
-    Returns the checks and the metrics {f"{task}.speedup.{mask}.{label}": x, ...}.
+    Returns the checks and the metrics {module_metric(task, "speedup", mask, label): x, ...}
+    (task4/manifest.py names the ones it grades and shows).
     """
     checks: list[Check] = []
     metrics: dict[str, float] = {}
@@ -131,10 +157,9 @@ def module_checks(task: str, make_module: Callable, *, hidden: int, heads: int,
                 t_ours = time_any(lambda x=x, c=case.causal: module(x, causal=c), device,
                                   repeats=timing_repeats, warmup=2)
                 speedup = t_ref.median_ms / t_ours.median_ms
-                key = f"{task}.speedup.{case.mask}.{case.label}"
-                metrics[key] = speedup
-                metrics[f"{task}.module_ms.{case.mask}.{case.label}"] = t_ours.median_ms
-                metrics[f"{task}.mha_ms.{case.mask}.{case.label}"] = t_ref.median_ms
+                metrics[module_metric(task, "speedup", case.mask, case.label)] = speedup
+                metrics[module_metric(task, "module_ms", case.mask, case.label)] = t_ours.median_ms
+                metrics[module_metric(task, "mha_ms", case.mask, case.label)] = t_ref.median_ms
                 checks.append(Check(f"{name} timing", True,
                                     f"ours {t_ours.median_ms:.3f} ms, nn.MultiheadAttention "
                                     f"{t_ref.median_ms:.3f} ms, speedup {speedup:.2f}x"))
@@ -168,6 +193,15 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
         extra_args(parser)
     args = parser.parse_args(argv)
     chosen = [g for g in groups if getattr(args, g.replace("-", "_"))] or list(groups)
+    problem = device_problem(args.device)
+    if problem:
+        print(f"[{task}] {problem}")
+        if args.json:
+            args.json.write_text(json.dumps({
+                "task": task, "groups": chosen, "exit_code": 1, "metrics": {}, "texts": {},
+                "checks": [{"name": "device", "passed": False, "detail": problem, "target": False}],
+            }, indent=1) + "\n")
+        return 1
 
     all_checks: list[Check] = []
     metrics: dict[str, float] = {}

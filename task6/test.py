@@ -38,6 +38,7 @@ from common.checks import REL_TOL, Check, check_raises, poison_, relative_error
 from common.harness import fresh_generator, pick_device, task_main
 from common.timing import attention_flops, measure_copy_bandwidth, measure_matmul_tflops
 from task6.generate import generate
+from task6.manifest import TBT_MS, TBT_OVER_ROOFLINE, TTFT_MS, course_metric
 from task6.model import customModel
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -449,7 +450,7 @@ def prefill_flops(model: customModel, batch: int, prompt: int) -> float:
 
 def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]:
     dtype = DTYPES[name]
-    prefix = f"task6.{name}" if cfg == COURSE else f"task6.{cfg.label}.{name}"
+    config = "" if cfg == COURSE else cfg.label
     model = cfg.build(dtype, device)
     prompt = cfg.prompt_tokens(gen, device)
 
@@ -483,8 +484,8 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
     split = first_divergence(ours_tokens, torch_tokens)
 
     m = {
-        "ttft_ms": ours["ttft_ms"], "tbt_ms": ours["tbt_ms"],
-        "tbt_over_roofline": ours["tbt_ms"] / weight_read_ms,
+        TTFT_MS: ours["ttft_ms"], TBT_MS: ours["tbt_ms"],
+        TBT_OVER_ROOFLINE: ours["tbt_ms"] / weight_read_ms,
         "weight_read_ms": weight_read_ms, "copy_gbps": copy_gbps,
         "decode_bytes_roofline_ms": bytes_read_ms,
         "tbt_over_bytes_roofline": ours["tbt_ms"] / bytes_read_ms,
@@ -500,11 +501,11 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
     if torch_graph is not None:
         m["torch_path_graph.tbt_ms"] = torch_graph["tbt_ms"]
         m["speedup_vs_torch_path_graph.tbt"] = torch_graph["tbt_ms"] / ours["tbt_ms"]
-    metrics = {f"{prefix}.{k}": v for k, v in m.items()}
-    print(f"[task6] {name}: TTFT {m['ttft_ms']:.1f} ms (prefill FLOPs at {matmul_tflops:.1f} TFLOP/s: "
+    metrics = {course_metric(name, k, config): v for k, v in m.items()}
+    print(f"[task6] {name}: TTFT {m[TTFT_MS]:.1f} ms (prefill FLOPs at {matmul_tflops:.1f} TFLOP/s: "
           f"{prefill_roofline_ms:.1f} ms, {m['ttft_over_roofline']:.2f}x)\n"
-          f"[task6] {name}: TBT {m['tbt_ms']:.3f} ms (weights {weight_bytes / 1e9:.2f} GB at "
-          f"{copy_gbps:.0f} GB/s: {weight_read_ms:.3f} ms, {m['tbt_over_roofline']:.2f}x; with the KV "
+          f"[task6] {name}: TBT {m[TBT_MS]:.3f} ms (weights {weight_bytes / 1e9:.2f} GB at "
+          f"{copy_gbps:.0f} GB/s: {weight_read_ms:.3f} ms, {m[TBT_OVER_ROOFLINE]:.2f}x; with the KV "
           f"cache {bytes_read_ms:.3f} ms, {m['tbt_over_bytes_roofline']:.2f}x); eager "
           f"{m['eager.tbt_ms']:.3f} ms\n"
           f"[task6] {name}: torch path TTFT {m['torch_path.ttft_ms']:.1f} ms, TBT "
@@ -512,14 +513,14 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
           f"speedup {m['speedup_vs_torch_path.ttft']:.2f}x TTFT, {m['speedup_vs_torch_path.tbt']:.2f}x TBT")
     checks = [Check(
         f"{name} generation ({cfg.describe()})", True,
-        f"TTFT {m['ttft_ms']:.1f} ms, TBT {m['tbt_ms']:.3f} ms; tokens vs torch path: "
+        f"TTFT {m[TTFT_MS]:.1f} ms, TBT {m[TBT_MS]:.3f} ms; tokens vs torch path: "
         + ("identical" if split is None else f"first differ at step {split} (near-ties flip in "
            f"{name}; correctness is checked by --correctness)"))]
     if cfg == COURSE:
         checks.append(Check(
             f"{name} acceptance: TBT <= {ACCEPT_TBT_OVER_ROOFLINE} x weight-read time",
-            m["tbt_over_roofline"] <= ACCEPT_TBT_OVER_ROOFLINE,
-            f"{m['tbt_ms']:.3f} ms / {weight_read_ms:.3f} ms = {m['tbt_over_roofline']:.2f}x",
+            m[TBT_OVER_ROOFLINE] <= ACCEPT_TBT_OVER_ROOFLINE,
+            f"{m[TBT_MS]:.3f} ms / {weight_read_ms:.3f} ms = {m[TBT_OVER_ROOFLINE]:.2f}x",
             target=True))
     del model
     free_gpu_memory()

@@ -1,4 +1,4 @@
-"""common.bench's output side on synthetic points (the sweep itself needs a GPU)."""
+"""common.tools.bench's output side on synthetic points (the sweep itself needs a GPU)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import csv
 
 import pytest
 
-from common import bench
+from common.tools import bench
 
 
 def synthetic_points() -> list[bench.Point]:

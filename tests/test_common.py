@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from common import checks, results
+from common.tools import report
 from common.checks import Check
 from common.harness import task_main
 from common.timing import attention_flops, time_cpu
@@ -50,19 +51,20 @@ def test_check_raises_needs_the_right_exception():
 
 def test_results_record_then_render(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
     path = results.record({"task4.speedup.causal.b64_s4096": 1.234,
                            "task5.speedup.tbt": 7.5}, {"task7.text.greedy": "Hello"},
                           path=tmp_path / "h100.json")
     data = json.loads(path.read_text())
     assert data["metrics"]["task5.speedup.tbt"] == 7.5 and data["runs"][0]["torch"]
-    text = results.render_markdown(results.load(path), "h100")
+    text = report.render_markdown(results.load(path), "h100")
     assert "1.23x" in text and "7.50x" in text and "Hello" in text
     assert "torch " + torch.__version__ in text
 
 
 def test_blank_template_has_no_numbers():
-    text = results.render_markdown(None, "gpu")
-    assert results.BLANK in text and "x |" not in text
+    text = report.render_markdown(None, "gpu")
+    assert report.BLANK in text and "x |" not in text
 
 
 def test_time_cpu_reports_a_median():

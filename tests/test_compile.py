@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from common import compile_check
+from common.tools import compile_check
 
 SOURCES = compile_check.find_sources()
 

@@ -1,4 +1,4 @@
-"""The grader (common/grade.py): full marks for the solution, 0 for the skeleton, on the CPU tasks.
+"""The grader (common/tools/grade.py): full marks for the solution, 0 for the skeleton, on the CPU tasks.
 
 The grader is run as an instructor runs it, once per session on each checkout, for tasks 1
 and 3 (the tasks a CPU can grade). The scoring rules are checked on made-up test reports, so
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import grade, release
+from common.tools import grade, release
 
 REPO_ROOT = grade.REPO_ROOT
 HAS_SOLUTION = release.has_solution_regions()
@@ -26,7 +26,7 @@ needs_solution = pytest.mark.skipif(
 
 def _grade(repo: Path, tasks: str, out: Path, *extra: str) -> dict:
     report = out / f"grade_{repo.name}_{tasks.replace(',', '_')}.json"
-    proc = subprocess.run([sys.executable, "-m", "common.grade", "--repo", str(repo), "--tasks",
+    proc = subprocess.run([sys.executable, "-m", "common.tools.grade", "--repo", str(repo), "--tasks",
                            tasks, "--json", str(report), *extra], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, f"the grader failed:\n{proc.stdout}\n{proc.stderr}"
@@ -115,7 +115,7 @@ def test_rubric_points_match_the_course():
 def test_readme_shows_the_graders_rubric():
     readme = (REPO_ROOT / "README.md").read_text()
     assert grade.rubric_markdown() in readme, (
-        "README.md (For instructors) must show the rubric exactly as `python -m common.grade "
+        "README.md (For instructors) must show the rubric exactly as `python -m common.tools.grade "
         "--rubric` prints it")
 
 

@@ -1,4 +1,4 @@
-"""The release tool (common/release.py): the student skeleton and its leak check.
+"""The release tool (common/tools/release.py): the student skeleton and its leak check.
 
 The skeleton is written once per session from this repository. It must import wherever the
 solution imports, compile with nvcc, and its task 1 and task 3 tests must fail with the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from common import compile_check, release, results
+from common.tools import compile_check, release, report
 from common.harness import task_main
 
 REPO_ROOT = release.REPO_ROOT
@@ -40,7 +40,7 @@ def _python(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.Comp
 def student(tmp_path_factory) -> tuple[Path, str]:
     """The release of this repository, written by the command an instructor types."""
     out = tmp_path_factory.mktemp("release") / "student"
-    proc = _python(["-m", "common.release", "--out", str(out)], REPO_ROOT, timeout=300)
+    proc = _python(["-m", "common.tools.release", "--out", str(out)], REPO_ROOT, timeout=300)
     assert proc.returncode == 0, f"release failed:\n{proc.stdout}\n{proc.stderr}"
     return out, proc.stdout
 
@@ -61,11 +61,40 @@ def test_release_rewrites_every_solution_file_and_resets_results(student):
             stub = {"python": "raise NotImplementedError(", "host": "TORCH_CHECK_NOT_IMPLEMENTED("}
             if region.kind in stub:
                 assert stub[region.kind] in text
-    assert (out / "Results.md").read_text() == results.render_markdown(None, "gpu")
+    assert (out / "Results.md").read_text() == report.render_markdown(None, "gpu")
     assert not (out / "results").exists() or not any((out / "results").iterdir())
     assert not list(out.rglob("NOTES*.md"))
-    for kept in ("common/grade.py", "common/release.py", "tests/test_grade.py", "README.md"):
+    for kept in ("common/tools/grade.py", "common/tools/release.py", "tests/test_grade.py", "README.md"):
         assert (out / kept).exists(), f"{kept} must be shipped"
+
+
+# Folders a run creates (JIT builds, recorded results) and paths outside the repository.
+MADE_BY_RUNNING = {"build/", "results/"}
+OUTSIDE = ("../", "/tmp/", "copied/")
+TOP_FILES = {"README.md", "Results.md", "requirements.txt", "pyproject.toml"}
+
+
+def _mentioned_paths(text: str) -> set[str]:
+    """Repository paths a README names (`task4/NOTES.md`, `common/tools/`, `Results.md`, the
+    module of `python -m a.b`); templated ones (`results/<gpu>.json`) are not paths."""
+    found = set(re.findall(r"(?<![\w./<-])((?:[\w.-]+/)+[\w.-]*|[\w-]+\.[a-z]+)(?![\w<>*])", text))
+    found |= {m.replace(".", "/") + ".py" for m in re.findall(r"python -m ([\w.]+)", text)
+              if m not in ("pip", "pytest") and "taskN" not in m}
+    top = re.compile(r"^(task\d+|common|tests|results|build|\.ci)/")
+    return {p for p in found if (top.match(p) or p in TOP_FILES)
+            and p not in MADE_BY_RUNNING and not p.startswith(OUTSIDE)}
+
+
+def test_released_readme_mentions_only_what_the_skeleton_ships(student):
+    out, _ = student
+    readme = (out / "README.md").read_text()
+    assert "<!-- release:" not in readme, "a release marker was left in the student README"
+    for words in ("complete solution", "results/logs", "NOTES.md", "For instructors"):
+        assert words not in readme, f"the student README still says {words!r}"
+    missing = sorted(p for p in _mentioned_paths(readme) if not (out / p).exists())
+    assert not missing, f"the student README names what the skeleton does not ship: {missing}"
+    # The check itself: it finds a path that is not there.
+    assert "task4/NOTES.md" in _mentioned_paths("see `task4/NOTES.md` and python -m task4.test")
 
 
 def _importable(root: Path) -> set[str]:
@@ -290,5 +319,5 @@ def test_device_functions_get_an_empty_body_even_without_the_kernel_tag():
 
 
 def test_the_tools_and_tests_carry_no_marker_lines():
-    for rel in ("common/release.py", "common/grade.py", "tests/test_release.py", "tests/test_grade.py"):
+    for rel in ("common/tools/release.py", "common/tools/grade.py", "tests/test_release.py", "tests/test_grade.py"):
         assert not release.has_markers((REPO_ROOT / rel).read_text()), rel

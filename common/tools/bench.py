@@ -1,7 +1,7 @@
 """One benchmark for every implementation we have, against PyTorch's SDPA backends.
 
-    python -m common.bench               # the whole sweep (~5 minutes on an H100)
-    python -m common.bench --quick       # a few points of each sweep (a smoke test)
+    python -m common.tools.bench               # the whole sweep (~5 minutes on an H100)
+    python -m common.tools.bench --quick       # a few points of each sweep (a smoke test)
 
 Prefill: FlashAttention's own benchmark protocol: the total number of tokens B*S fixed at
 16k, S from 512 to 16384, hidden 2048 (so H = 2048 / head_dim), head_dim 64 and 128, fp32 /
@@ -293,7 +293,7 @@ def headline(points: list[Point]) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m common.tools.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a few points of each sweep")
     parser.add_argument("--repeats", type=int, default=10)

@@ -3,19 +3,29 @@
 `nvcc -c` for sm_90 on each `.cu` file and `g++ -fsyntax-only` on each extension `.cpp`,
 with torch's include paths, so a kernel that does not compile fails CI on a CPU machine.
 
-    python -m common.compile_check              # every source under the repository
-    python -m common.compile_check task4        # the sources under one folder
+    python -m common.tools.compile_check              # every source under the repository
+    python -m common.tools.compile_check task4        # the sources under one folder
+
+Each source is compiled with the flags a real build adds that change what compiles: the
+kernels' limits as -D defines (common/limits.py, as common.build passes them).
 
 The CPU build of torch ships the c10/ATen headers but not one header that its CUDA build
 generates (c10/cuda/impl/cuda_cmake_macros.h); when it is missing, an equivalent one-line
-stand-in is supplied from a temporary folder. Kernel files include only light headers
-(<torch/types.h>, c10/cuda), which is also what keeps this check at seconds per file.
+stand-in is supplied from a temporary folder, removed when the process exits. Kernel files
+include only light headers (<torch/types.h>, c10/cuda), which is also what keeps this check
+at seconds per file. Within one process a source is compiled once: results are kept by the
+content of the source and of the repository headers it includes (so the skeleton's
+unchanged files cost nothing after the solution's).
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import os
+import re
 import shutil
+import threading
 import subprocess
 import sys
 import sysconfig
@@ -24,7 +34,9 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from common.limits import define_flags
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {"build", ".git", "__pycache__", ".pytest_cache", "student"}
 
 
@@ -56,6 +68,7 @@ def include_flags(root: Path = REPO_ROOT) -> tuple[str, ...]:
     generated = Path(torch_includes[0]) / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
     if not generated.exists():
         shim = Path(tempfile.mkdtemp(prefix="attn_shim_"))
+        atexit.register(shutil.rmtree, shim, ignore_errors=True)
         header = shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
         header.parent.mkdir(parents=True)
         header.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
@@ -67,11 +80,58 @@ def cuda_include_flag(nvcc: str) -> str:
     return f"-I{Path(nvcc).resolve().parent.parent / 'include'}"
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+_results: dict[str, tuple[bool, str]] = {}
+_results_lock = threading.Lock()
+
+
+def _local_includes(path: Path, root: Path, seen: set[Path]) -> None:
+    """The repository headers `path` includes ("..."), transitively, into `seen`."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return
+    for name in _INCLUDE.findall(text):
+        for folder in (path.parent, root / "common" / "csrc"):
+            header = (folder / name).resolve()
+            if header.is_file():
+                if header not in seen:
+                    seen.add(header)
+                    _local_includes(header, root, seen)
+                break
+
+
+def content_key(path: Path, flags: list[str], root: Path = REPO_ROOT) -> str:
+    """A hash of what a compile of `path` depends on: its text, the repository headers it
+    includes, and the command's flags (not the folder it lives in)."""
+    digest = hashlib.sha256("\0".join(flags).encode())
+    headers: set[Path] = set()
+    _local_includes(path, root, headers)
+    for part in [path, *sorted(headers)]:
+        digest.update(part.name.encode() + b"\0" + part.read_bytes())
+    return digest.hexdigest()
+
+
 def compile_one(path: Path, nvcc: str | None = None, arch: str = "sm_90",
                 root: Path = REPO_ROOT) -> tuple[bool, str]:
-    """Compile one source of the repository at `root`; return (ok, compiler output)."""
+    """Compile one source of the repository at `root`; return (ok, compiler output).
+
+    A source whose content (and that of the headers it includes) was compiled before in this
+    process is not compiled again: the earlier result is returned."""
     nvcc = nvcc or find_nvcc()
-    common = ["-std=c++20", "-DTORCH_EXTENSION_NAME=compile_check", *include_flags(root)]
+    key = content_key(path, [nvcc or "", arch, path.suffix, os.environ.get("CXX", "g++")], root)
+    with _results_lock:
+        if key in _results:
+            return _results[key]
+    result = _compile(path, nvcc, arch, root)
+    with _results_lock:
+        _results[key] = result
+    return result
+
+
+def _compile(path: Path, nvcc: str | None, arch: str, root: Path) -> tuple[bool, str]:
+    common = ["-std=c++20", "-DTORCH_EXTENSION_NAME=compile_check", *define_flags(),
+              *include_flags(root)]
     with tempfile.TemporaryDirectory() as tmp:
         if path.suffix == ".cu":
             cmd = [nvcc, "-c", f"-arch={arch}", "-O1", "--expt-relaxed-constexpr", "-w",

@@ -1,9 +1,10 @@
-"""Grade a checkout:  python -m common.grade [--tasks 1,2,...] [--json FILE] [--repo DIR]
+"""Grade a checkout:  python -m common.tools.grade [--tasks 1,2,...] [--json FILE] [--repo DIR]
 
 Each task's own test (`python -m taskN.test --no-record --json ...` with the graded groups)
 runs in its own process, with the graded checkout as working directory and a time limit, so
 a crash or a hang costs that task only. The points come from the checks the test reports,
-scored by RUBRIC below (the one table of the rules; README.md, For instructors, shows it):
+scored by RUBRIC, the tasks' manifests (taskN/manifest.py; README.md, For instructors, shows
+them as one table):
 
   * correctness: a part earns its points when every check of its groups passes (task 2's
     three parts, softmax, gemm and attention, score separately; every other task is one
@@ -16,10 +17,10 @@ Status per task: pass, fail, not implemented, build failed, timeout, crashed, mi
 skipped: needs a GPU (without a CUDA GPU, tasks 2 and 4-7 score 0 and say so). The table
 also shows the measured speedups (task 4's four, task 5's two, task 6's TTFT/TBT).
 
-    python -m common.grade                               # grade this checkout
-    python -m common.grade --repo ../attention-student   # grade another checkout
-    python -m common.grade --record-as main              # also record grade.main.* (GPU)
-    python -m common.grade --repo DIR --isolate          # the student's files, our tests
+    python -m common.tools.grade                               # grade this checkout
+    python -m common.tools.grade --repo ../attention-student   # grade another checkout
+    python -m common.tools.grade --record-as main              # also record grade.main.* (GPU)
+    python -m common.tools.grade --repo DIR --isolate          # the student's files, our tests
 
 With --reports DIR, a task whose `python -m taskN.test --json DIR/taskN.json` report (from a
 GPU run) covers its graded groups is scored from that report instead of being run again; any
@@ -44,68 +45,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from common.manifest import Part, TaskManifest
+from common.tools.manifests import manifests
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-# --- the rubric: the one table ---------------------------------------------------------------
+# --- the rubric: each task's manifest ---------------------------------------------------------
 
-@dataclass(frozen=True)
-class Part:
-    """Points earned when every check of these test groups passes (() = the test's default).
-
-    `options` are passed to the test too (e.g. task 6 grades the fp32 course run only)."""
-    groups: tuple[str, ...]
-    points: float
-    options: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class SpeedRule:
-    """Performance points from one measured speedup: the first tier reached, best first."""
-    metric: str
-    label: str
-    tiers: tuple[tuple[float, float], ...]    # (minimum speedup, points)
-
-    @property
-    def points(self) -> float:
-        return max(p for _, p in self.tiers)
-
-
-@dataclass(frozen=True)
-class TaskRubric:
-    task: int
-    points: float
-    needs_gpu: bool
-    parts: tuple[Part, ...]
-    speed: tuple[SpeedRule, ...] = ()
-    shown: tuple[tuple[str, str, str], ...] = ()   # (metric, label, format) for the table
-
-
-def _speedups(task: str, shapes: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
-    return tuple((f"{task}.speedup.{mask}.{shape}", f"{'c' if mask == 'causal' else 'nc'} "
-                  f"{shape.replace('b', '').replace('_s', 'x')}", "{:.2f}x")
-                 for shape in shapes for mask in ("noncausal", "causal"))
-
-
-# Task 4's tiers: the module time includes the fp32 projections (~65% of nn.MultiheadAttention's
-# time at (64, 4096)), so even a free kernel reaches only ~1.5x; 0.7x means our attention takes
-# ~2.2x SDPA's fp32 kernel (~22 TFLOP/s), 0.5x ~3.8x (~12 TFLOP/s).
-TASK4_TIERS = ((0.7, 1.0), (0.5, 0.5))
-
-RUBRIC: tuple[TaskRubric, ...] = (
-    TaskRubric(1, 2, False, (Part(("attention",), 2),)),
-    TaskRubric(2, 3, True, (Part(("softmax",), 1), Part(("gemm",), 1), Part(("attention",), 1))),
-    TaskRubric(3, 3, False, (Part(("module", "tiles"), 3),)),
-    TaskRubric(4, 4, True, (Part(("course", "shapes"), 2),),
-               speed=(SpeedRule("task4.speedup.noncausal.b64_s4096", "non-causal (64, 4096)", TASK4_TIERS),
-                      SpeedRule("task4.speedup.causal.b64_s4096", "causal (64, 4096)", TASK4_TIERS)),
-               shown=_speedups("task4", ("b4_s128", "b64_s4096"))),
-    TaskRubric(5, 4, True, (Part(("course", "kernels"), 4),),
-               shown=(("task5.speedup.ttft", "TTFT", "{:.2f}x"), ("task5.speedup.tbt", "TBT", "{:.2f}x"))),
-    TaskRubric(6, 3, True, (Part(("correctness", "course"), 3, ("--dtype", "fp32")),),
-               shown=(("task6.fp32.ttft_ms", "TTFT", "{:.1f} ms"), ("task6.fp32.tbt_ms", "TBT", "{:.2f} ms"))),
-    TaskRubric(7, 1, True, (Part(("parity",), 1),)),
-)
+# Part, SpeedRule and the points of every task are declared in taskN/manifest.py (MANIFEST);
+# RUBRIC is them, in task order. README.md shows it as `rubric_markdown()` prints it.
+TaskRubric = TaskManifest
+RUBRIC: tuple[TaskManifest, ...] = manifests()
 TOTAL_POINTS = sum(r.points for r in RUBRIC)
 
 
@@ -328,8 +279,7 @@ def score(rubric: TaskRubric, parts: list[Part], runs: list[Run], notes: list[st
     grade.reason = "; ".join(reasons)
     grade.details = details
     grade.metrics = metrics
-    grade.speedups = {label: fmt.format(metrics[key]) for key, label, fmt in rubric.shown
-                      if key in metrics}
+    grade.speedups = {m.label: m.format(metrics[m.name]) for m in rubric.shown if m.name in metrics}
     return grade
 
 
@@ -359,8 +309,10 @@ def grade_task(repo: Path, rubric: TaskRubric, *, gpu: bool, timeout: float,
     report = reports / f"task{rubric.task}.json" if reports is not None else None
     from_reports = [report_run(report, rubric.task, part) if report else None for part in parts]
     if rubric.needs_gpu and not gpu and None in from_reports:
+        why = f" ({rubric.cpu_note})" if rubric.cpu_note else ""
         return TaskGrade(rubric.task, 0.0, rubric.points, "skipped: needs a GPU",
-                         "no CUDA GPU is visible to torch here; grade on a GPU machine")
+                         f"graded on a GPU only{why}; no CUDA GPU is visible to torch here, "
+                         "so grade on a GPU machine")
     runs, deadline = [], time.perf_counter() + timeout
     for part, found in zip(parts, from_reports, strict=True):
         label = ", ".join(part.groups) or "default groups"
@@ -429,6 +381,11 @@ def print_report(grades: list[TaskGrade], repo: Path) -> None:
               "machine for those points.")
 
 
+def points_metric(who: str, task: int | None = None) -> str:
+    """grade.<who>.points (the total) or grade.<who>.taskN.points, as --record-as records them."""
+    return f"grade.{who}.task{task}.points" if task is not None else f"grade.{who}.points"
+
+
 def record_points(grades: list[TaskGrade], who: str) -> Path | None:
     """Record grade.<who>.taskN.points and grade.<who>.points (summed over every task on file,
     so grading in several runs, e.g. --tasks 1,2,3 then --tasks 4,5,6,7, adds up)."""
@@ -440,17 +397,17 @@ def record_points(grades: list[TaskGrade], who: str) -> Path | None:
         print("[grade] --record-as needs a GPU (results are kept per GPU); nothing recorded")
         return None
     path = results.results_path()
-    results.record({f"grade.{who}.task{g.task}.points": g.points for g in grades}, path=path)
+    results.record({points_metric(who, g.task): g.points for g in grades}, path=path)
     on_file = results.load(path)["metrics"]
-    total = sum(on_file.get(f"grade.{who}.task{r.task}.points", 0.0) for r in RUBRIC)
-    results.record({f"grade.{who}.points": total}, path=path)
+    total = sum(on_file.get(points_metric(who, r.task), 0.0) for r in RUBRIC)
+    results.record({points_metric(who): total}, path=path)
     print(f"[grade] recorded grade.{who}.points = {total:g} in {path}")
     return path
 
 
 def isolated_copy(student: Path, into: Path) -> Path:
     """A fresh copy of this repository with the student's versions of the files they edit."""
-    from common import release
+    from common.tools import release
 
     edited = release.find_solution_files(REPO_ROOT)
     if not edited:
@@ -468,7 +425,7 @@ def isolated_copy(student: Path, into: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.grade", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m common.tools.grade", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default=",".join(str(r.task) for r in RUBRIC),
                         help="comma-separated task numbers (default: all)")

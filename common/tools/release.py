@@ -1,4 +1,4 @@
-"""Write the student repository from the reference solution:  python -m common.release --out DIR
+"""Write the student repository from the reference solution:  python -m common.tools.release --out DIR
 
 The repository holds the complete solution. Every piece a student writes is a *solution
 region*: a comment line BEGIN SOLUTION (`#` in Python, `//` in CUDA/C++; `// BEGIN SOLUTION
@@ -21,11 +21,16 @@ What the student repository holds (decided here, documented in README.md, For in
     so a task folder that is not committed yet is released too; without git, a walk that
     skips build outputs and caches;
   * solution files (under task*/ and common/, with at least one region) rewritten;
-  * Results.md reset to the blank template (common.results.render(blank=True));
+  * Results.md reset to the blank template (common.tools.report.render(blank=True));
+  * README.md rewritten as the student's handout (`student_readme`): the passages between
+    `<!-- release: drop -->` and `<!-- release: end -->` (the instructors' section, the
+    references to what only the solution has: results/logs/, NOTES.md, measured numbers)
+    are left out, and the text of each `<!-- release: student ... -->` comment is shown in
+    their place;
   * dropped: measured results (results/: the JSON, CSV and plots of the reference run),
     NOTES*.md files (they discuss how the solution was made fast: task4/NOTES.md), and
     scratch folders (.notes/, .benchmarks/, build/, student/);
-  * kept: the grader, the tests, common/, the handout README.md, CI.
+  * kept: the grader, the tests, common/ (with common/tools/), CI.
 
 Then a leak check reads the whole output: a line of solution code (40 characters or more,
 using a solution-only name) that appears anywhere, a solution-only identifier (a name with `_`, a digit or camelCase
@@ -35,8 +40,8 @@ other code file (a test, a kernel without regions) is printed as a note: it may 
 name, or a file that should carry regions. README.md (the handout) and hint lines are
 public by definition.
 
-    python -m common.release --out ../attention-student          # write the student repo
-    python -m common.release --out ../attention-student --force  # replace it (keeps its .git)
+    python -m common.tools.release --out ../attention-student          # write the student repo
+    python -m common.tools.release --out ../attention-student --force  # replace it (keeps its .git)
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # The marker words are assembled, so that no line of this file is itself a marker line.
 _SOL = "SOL" + "UTION"
@@ -65,7 +70,11 @@ PY_SUFFIXES = {".py"}
 C_SUFFIXES = {".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp"}
 CODE_SUFFIXES = PY_SUFFIXES | C_SUFFIXES | {".sh", ".toml", ".cfg", ".ini", ".yaml", ".yml"}
 SOLUTION_DIRS = re.compile(r"^(task\d+|common)/")   # where files with regions may live
-HANDOUT = "README.md"                               # public by definition
+HANDOUT = "README.md"                               # public by definition (its student version)
+# README.md's release markers (HTML comments: invisible where the README is rendered).
+_DROP_BEGIN = re.compile(r"^<!--\s*release:\s*drop\s*-->\s*$")
+_DROP_END = re.compile(r"^<!--\s*release:\s*end\s*-->\s*$")
+_STUDENT = re.compile(r"^<!--\s*release:\s*student\b(?P<rest>.*)$")
 
 # (pattern over the relative path, why it is not shipped). fnmatch: `*` also matches `/`.
 DROP = (
@@ -363,6 +372,48 @@ def rewrite(text: str, rel: str) -> tuple[str, list[Region]]:
     return new, regions
 
 
+# --- the student's README ------------------------------------------------------------------
+
+def student_readme(text: str, rel: str = HANDOUT) -> str:
+    """README.md as the student repository ships it (see the module docstring): drop blocks
+    left out, student comments unwrapped. MarkerError (file and line) if a marker is unbalanced."""
+    out: list[str] = []
+    lines = text.splitlines()
+    i, dropping = 0, 0
+    while i < len(lines):
+        line = lines[i]
+        if _DROP_BEGIN.match(line):
+            if dropping:
+                raise MarkerError(f"{rel}:{i + 1}: release: drop inside the drop opened at line "
+                                  f"{dropping}; they do not nest.")
+            dropping = i + 1
+        elif _DROP_END.match(line):
+            if not dropping:
+                raise MarkerError(f"{rel}:{i + 1}: release: end without a release: drop before it.")
+            dropping = 0
+        elif found := _STUDENT.match(line):
+            start, body = i + 1, [found["rest"]]
+            while "-->" not in body[-1]:
+                i += 1
+                if i >= len(lines):
+                    raise MarkerError(f"{rel}:{start}: release: student comment has no closing -->.")
+                body.append(lines[i])
+            body[-1] = body[-1][:body[-1].index("-->")]
+            body[0] = body[0].strip()
+            body = [b.rstrip() for b in body]
+            if not dropping:
+                out += [b for n, b in enumerate(body)
+                        if b or 0 < n < len(body) - 1]   # the comment's own lines, if empty, go
+        elif not dropping:
+            out.append(line)
+        i += 1
+    if dropping:
+        raise MarkerError(f"{rel}:{dropping}: release: drop has no release: end.")
+    new = "\n".join(out)
+    new = re.sub(r"\n{3,}", "\n\n", new)
+    return new.rstrip("\n") + "\n"
+
+
 # --- listing and copying ---------------------------------------------------------------------
 
 def list_files(source: Path, exclude: Path | None = None) -> list[str]:
@@ -569,14 +620,16 @@ def release(out: Path, source: Path = REPO_ROOT, *, force: bool = False,
             shutil.copy2(source / rel, target)
             summary.copied += 1
             if rel == HANDOUT:
-                public += (_read_text(source / rel) or "").splitlines()
+                handout = student_readme(_read_text(source / rel) or "", rel)
+                target.write_text(handout, encoding="utf-8")
+                public += handout.splitlines()
             if (re.match(r"task\d+/", rel) and Path(rel).suffix in PY_SUFFIXES | C_SUFFIXES
                     and Path(rel).name not in ("test.py", "compile.py", "__init__.py")):
                 summary.unmarked.append(rel)
         kept.append(rel)
-    from common import results
+    from common.tools import report
 
-    results.render(out / "Results.md", blank=True)
+    report.render(out / "Results.md", blank=True)
     kept.append("Results.md")
     findings = find_leaks(out, kept, solutions, public, allow)
     summary.notes = [f for f in findings if not f.fatal]
@@ -585,7 +638,7 @@ def release(out: Path, source: Path = REPO_ROOT, *, force: bool = False,
         raise ReleaseError(
             f"the release in {out} leaks the solution ({len(fatal)} finding(s)); do not ship "
             "it:\n  " + "\n  ".join(map(str, fatal[:40]))
-            + "\nRemove the text, drop the file (DROP in common/release.py), or, if it is not a "
+            + "\nRemove the text, drop the file (DROP in common/tools/release.py), or, if it is not a "
             "leak, pass --allow NAME.")
     return summary
 
@@ -613,7 +666,7 @@ def print_summary(summary: Summary) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.release", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m common.tools.release", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder to write the student repository to")
     parser.add_argument("--force", action="store_true",

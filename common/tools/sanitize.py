@@ -1,7 +1,7 @@
 """Run every CUDA task's small checks under compute-sanitizer and keep the evidence.
 
-    python -m common.sanitize                         # tasks 2, 4, 5 x memcheck, racecheck
-    python -m common.sanitize --tasks 4 --tools memcheck,racecheck,synccheck
+    python -m common.tools.sanitize                         # tasks 2, 4, 5 x memcheck, racecheck
+    python -m common.tools.sanitize --tasks 4 --tools memcheck,racecheck,synccheck
 
 Each task's `small` group (tiny shapes, every dtype and mask, no timing) runs under each
 tool. memcheck runs with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, float]:
@@ -58,7 +58,7 @@ def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, floa
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.sanitize", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m common.tools.sanitize", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", default="2,4,5")
     parser.add_argument("--tools", default="memcheck,racecheck")

@@ -1,0 +1,94 @@
+"""Task 4's points, graded groups, metric names and Results.md sections (see common/manifest.py).
+
+The module speedups are recorded by common.harness.module_checks under
+`module_metric("task4", "speedup", mask, label)`; the kernel-alone figures by task4/test.py
+(fp32 course kernel) and task4/mma_checks.py (fp16/bf16 tensor-core kernel).
+"""
+
+from common.manifest import (
+    Metric,
+    Part,
+    Row,
+    Section,
+    SpeedRule,
+    Table,
+    TaskManifest,
+    module_metric,
+)
+
+MASKS = ("noncausal", "causal")
+COURSE_SHAPES = (("b4_s128", "(4, 128)"), ("b64_s4096", "(64, 4096)"))   # (label, (B, S))
+
+
+def speedup(mask: str, shape: str) -> str:
+    """task4.speedup.<mask>.<b4_s128|b64_s4096>: nn.MultiheadAttention time / ours, whole module."""
+    return module_metric("task4", "speedup", mask, shape)
+
+
+SPEEDUP_METRICS = tuple(speedup(mask, shape) for mask in MASKS for shape, _ in COURSE_SHAPES)
+
+
+def fp32_prefix(shape: str, mask: str) -> str:
+    """task4.fp32.<b_h_s_d>.<mask>: the fp32 course kernel alone against SDPA."""
+    return f"task4.fp32.{shape}.{mask}"
+
+
+def mma_prefix(dtype: str, shape: str, mask: str) -> str:
+    """task4.mma.<dtype>.<b_h_s_d>.<mask>: the fp16/bf16 tensor-core kernel against SDPA."""
+    return f"task4.mma.{dtype}.{shape}.{mask}"
+
+
+# Task 4's tiers: the module time includes the fp32 projections (~65% of nn.MultiheadAttention's
+# time at (64, 4096)), so even a free kernel reaches only ~1.5x; 0.7x means our attention takes
+# ~2.2x SDPA's fp32 kernel (~22 TFLOP/s), 0.5x ~3.8x (~12 TFLOP/s).
+TIERS = ((0.7, 1.0), (0.5, 0.5))
+
+COURSE_SECTION = Section(
+    "Task 4: fused FlashAttention-2 (fp32) vs nn.MultiheadAttention, whole module",
+    intro=("hidden 4096, 32 heads (head_dim 128); speedup = nn.MultiheadAttention time / ours "
+           "(median of CUDA-event timings, projections included in both).",),
+    blocks=(Table(("(B, S)", "non-causal speedup", "causal speedup"),
+                  tuple(Row((label, *(Metric(speedup(m, shape), suffix="x") for m in MASKS)))
+                        for shape, label in COURSE_SHAPES)),),
+    sources=("task4.speedup",))
+
+
+def _kernel_rows() -> tuple[Row, ...]:
+    rows = []
+    for shape in ("b64_h32_s4096_d128", "b4_h32_s128_d128"):
+        for mask in MASKS:
+            p = fp32_prefix(shape, mask)
+            rows.append(Row(("fp32 course kernel", shape, mask, Metric(f"{p}.tflops", "{:.1f}"),
+                             "SDPA efficient", Metric(f"{p}.sdpa_efficient_tflops", "{:.1f}"),
+                             Metric(f"{p}.ratio_vs_sdpa_efficient", suffix="x")), when=p))
+    for dtype in ("fp16", "bf16"):
+        for shape in ("b4_h32_s4096_d128", "b8_h32_s2048_d64"):
+            for mask in MASKS:
+                p = mma_prefix(dtype, shape, mask)
+                for peer in ("flash", "cudnn"):
+                    rows.append(Row((f"{dtype} tensor-core kernel", shape, mask,
+                                     Metric(f"{p}.tflops", "{:.1f}"), f"SDPA {peer}",
+                                     Metric(f"{p}.sdpa_{peer}_tflops", "{:.1f}"),
+                                     Metric(f"{p}.ratio_vs_sdpa_{peer}", suffix="x")),
+                                    when=f"{p}.sdpa_{peer}_tflops"))
+    return tuple(rows)
+
+
+KERNEL_SECTION = Section(
+    "Kernel alone vs PyTorch SDPA (same inputs, same run)",
+    intro=("TFLOP/s = 4·B·H·S²·D / time (halved when causal); ratio = our throughput / the "
+           "peer's (> 1 means faster).",),
+    blocks=(Table(("kernel", "shape", "mask", "ours TFLOP/s", "peer", "peer TFLOP/s", "ratio"),
+                  _kernel_rows()),),
+    sources=("task4.fp32", "task4.mma"), where="beyond")
+
+MANIFEST = TaskManifest(
+    task=4, points=4, needs_gpu=True,
+    parts=(Part(("course", "shapes"), 2),),
+    speed=(SpeedRule(speedup("noncausal", "b64_s4096"), "non-causal (64, 4096)", TIERS),
+           SpeedRule(speedup("causal", "b64_s4096"), "causal (64, 4096)", TIERS)),
+    shown=tuple(Metric(speedup(mask, shape), suffix="x",
+                       label=f"{'c' if mask == 'causal' else 'nc'} {label.strip('()').replace(', ', 'x')}")
+                for shape, label in COURSE_SHAPES for mask in MASKS),
+    sections=(COURSE_SECTION, KERNEL_SECTION),
+    cpu_note="its kernel is CUDA")

@@ -1,0 +1,45 @@
+"""Task 5's points, graded groups, metric names and Results.md sections (see common/manifest.py)."""
+
+from common.manifest import Metric, Part, Row, Section, Table, TaskManifest
+
+TTFT_SPEEDUP = "task5.speedup.ttft"   # prefill (task 4 kernel) vs nn.MultiheadAttention
+TBT_SPEEDUP = "task5.speedup.tbt"     # one cached decode step vs recomputing nn.MultiheadAttention
+COPY_GBPS = "task5.copy_gbps"         # device-to-device copy bandwidth, same run
+
+
+def decode_prefix(dtype: str, shape: str) -> str:
+    """task5.decode.<dtype>.<b_h_ctx_d>: the decode kernel alone (ms, gbps, bw_fraction, ...)."""
+    return f"task5.decode.{dtype}.{shape}"
+
+
+COURSE_SECTION = Section(
+    "Task 5: KV cache (B 16, hidden 4096, 32 heads, prompt 1024, 100 decode steps)",
+    intro=("TTFT speedup: prefill with the task 4 kernel vs nn.MultiheadAttention. TBT speedup: "
+           "one decode step with the KV cache vs recomputing nn.MultiheadAttention over the "
+           "whole sequence.",),
+    blocks=(Table(("TTFT speedup", "TBT speedup"),
+                  (Row((Metric(TTFT_SPEEDUP, suffix="x"), Metric(TBT_SPEEDUP, suffix="x"))),)),),
+    sources=("task5.speedup",))
+
+
+def _decode_row(shape: str) -> Row:
+    p = decode_prefix("fp16", shape)
+    return Row((shape, Metric(f"{p}.ms", "{:.4f}"), Metric(f"{p}.gbps", "{:.0f}"),
+                Metric(f"{p}.bw_fraction"), Metric(f"{p}.sdpa_best_ms", "{:.4f}"),
+                Metric(f"{p}.ratio_vs_sdpa_best", suffix="x")), when=p)
+
+
+DECODE_SECTION = Section(
+    "Decode kernel (fp16, one query against the cache)",
+    intro=("Copy bandwidth measured in the same run: ", Metric(COPY_GBPS, "{:.0f}"),
+           " GB/s (read + write). bw fraction = KV bytes read per second / copy bandwidth."),
+    blocks=(Table(("shape", "ms", "GB/s", "bw fraction", "best SDPA ms", "speedup vs SDPA"),
+                  tuple(_decode_row(s) for s in ("b1_h32_ctx4096_d128", "b1_h32_ctx32768_d128",
+                                                 "b16_h32_ctx2048_d128"))),),
+    sources=("task5.decode", "task5.copy"), where="beyond")
+
+MANIFEST = TaskManifest(
+    task=5, points=4, needs_gpu=True, parts=(Part(("course", "kernels"), 4),),
+    shown=(Metric(TTFT_SPEEDUP, suffix="x", label="TTFT"), Metric(TBT_SPEEDUP, suffix="x", label="TBT")),
+    sections=(COURSE_SECTION, DECODE_SECTION),
+    cpu_note="its kernels are CUDA")
