@@ -33,7 +33,8 @@ attn_implementation="sdpa" and with "course_kernels" (task7/hf_attention.py) and
                 so TBT is mostly generate()'s own per-step overhead on both sides.
 With --record the figures go to results/<gpu>.json (common.results.record) as
 task7.hf.<model>.<case>.{fallbacks, tokens_equal, chunked_ok, fp16_logits_ok,
-fp16_logits_err, tbt_ms, sdpa_tbt_ms, tbt_speedup}. Exit status 0 when every check passes.
+fp16_logits_err, tbt_ms, sdpa_tbt_ms, tbt_speedup} (task7/manifest.py names them and their
+Results.md table). Exit status 0 when every check passes.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ import torch
 from task7 import hf_attention
 from task7.hf_attention import NAME, set_attention, use_course_attention
 from task7.inference_ref import hf_generate
+from task7.manifest import HF_CASES, HF_FIELDS, HF_MODELS, hf
 
-MODELS = ("gpt2", "llama", "mistral", "qwen2")
-CASES = ("single", "padded")
+MODELS, CASES = HF_MODELS, HF_CASES
 PROMPT_LENGTHS = {"single": (48,), "padded": (48, 37, 23)}
 NEW_TOKENS = 40
 VOCAB = 1024
@@ -67,10 +68,8 @@ WARMUP_TOKENS = 3
 
 
 def metric_names(model: str, case: str) -> dict[str, str]:
-    """The names --record writes for one model and case (also listed in task7/manifest.py)."""
-    base = f"task7.hf.{model}.{case}"
-    return {k: f"{base}.{k}" for k in ("fallbacks", "tokens_equal", "chunked_ok", "fp16_logits_ok",
-                                       "fp16_logits_err", "tbt_ms", "sdpa_tbt_ms", "tbt_speedup")}
+    """The names --record writes for one model and case (task7/manifest.py declares them)."""
+    return {field: hf(model, case, field) for field in HF_FIELDS}
 
 
 # --- models ------------------------------------------------------------------------------------

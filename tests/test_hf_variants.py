@@ -126,10 +126,17 @@ def test_kernel_arguments_keep_the_cuda_contract(model, case, one_thread, monkey
 
 
 def test_model_metrics_have_the_issue_names():
+    """The issue's names, declared in task7/manifest.py, each shown in its Results.md table."""
+    from task7 import manifest
+
     r = models.CaseResult("llama", "padded", tokens_equal=True)
     metrics = r.metrics()
     assert metrics["task7.hf.llama.padded.fallbacks"] == 0
     assert metrics["task7.hf.llama.padded.tokens_equal"] == 1.0
+    assert set(metrics) == {manifest.hf("llama", "padded", f) for f in manifest.HF_FIELDS}
+    shown = {cell.name for row in manifest.HF_SECTION.blocks[0].rows for cell in row.cells
+             if not isinstance(cell, str)}
+    assert {m for m in metrics if not m.endswith("fp16_logits_err")} <= shown
 
 
 def test_qwen2_hybrid_sliding_layers_and_a_decode_chunk(one_thread):
