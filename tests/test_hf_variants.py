@@ -125,6 +125,24 @@ def test_kernel_arguments_keep_the_cuda_contract(model, case, one_thread, monkey
     assert any(kw["mask"] is not None for kw in seen)
 
 
+def test_static_cache_with_left_padding_runs_the_mask_route(one_thread):
+    """generate(cache_implementation="static") on a left-padded batch: the decode masks keep
+    keys [pad_b, position] of a fixed-size cache, which no single description states, so
+    they reach the kernels as mask tensors; still 0 fallbacks and sdpa's tokens."""
+    model = models.build_model("llama")
+    ids, mask = models.prompts("padded", "cpu")
+    options = dict(attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0,
+                   eos_token_id=None, cache_implementation="static")
+    with torch.no_grad():
+        ref = model.generate(ids, **options)
+        hf_attention.use_course_attention(model)
+        hf_attention.reset_counters()
+        ours = model.generate(ids, **options)
+    assert hf_attention.fallback_total() == 0, hf_attention.fallback_counts()
+    assert hf_attention.call_counts().get("mask", 0) > 0, hf_attention.call_counts()
+    assert torch.equal(ours, ref)
+
+
 def test_model_metrics_have_the_issue_names():
     """The issue's names, declared in task7/manifest.py, each shown in its Results.md table."""
     from task7 import manifest
