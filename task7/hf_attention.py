@@ -187,7 +187,8 @@ def _plan_decode(keep, seen, begin, end, batch: int, seq_k: int) -> Plan:
     starting at key 0 (a static cache's filled prefix), the same for every head."""
     count = seen.sum(dim=-1)
     contiguous = (count == end - begin) | (count == 0)
-    same_heads = (keep == keep[:, :1]).all() if keep.shape[1] > 1 else contiguous.all()
+    same_heads = ((keep == keep[:, :1]).all() if keep.shape[1] > 1
+                  else torch.ones((), dtype=torch.bool, device=keep.device))
     flags = torch.stack([same_heads, (contiguous & ((end == seq_k) | (count == 0))).all(),
                          (contiguous & (begin == 0)).all(), (begin == 0).all(),
                          (end == seq_k).all()]).tolist()      # the one host read
@@ -198,7 +199,8 @@ def _plan_decode(keep, seen, begin, end, batch: int, seq_k: int) -> Plan:
         else:
             lengths = None if all_end_sk else end
         kl = None if lengths is None else lengths.to(torch.int32).expand(batch).contiguous()
-        return Plan("structured", causal=True, key_lengths=kl, left_padding=left_ok and kl is not None,
+        return Plan("structured", causal=True, key_lengths=kl,
+                    left_padding=bool(left_ok) and kl is not None,
                     reason="decode mask is one key range")
     lengths = None if all_begin0 else (seq_k - begin).to(torch.int32).expand(batch).contiguous()
     return Plan("mask", causal=True, mask=keep, key_lengths=lengths,

@@ -277,6 +277,19 @@ def test_random_and_per_head_masks_run_as_mask_tensors():
     assert out[0, 1, 3].abs().max() == 0
 
 
+def test_decode_masks_that_are_not_one_key_range():
+    q, k, v = _qkv(2, 4, 2, 1, 10)
+    holes = torch.ones(2, 1, 1, 10, dtype=torch.bool)
+    holes[1, ..., 4] = False                         # a hole: no single key range
+    per_head = torch.ones(2, 4, 1, 10, dtype=torch.bool)
+    per_head[0, 2, :, :3] = False                    # one head padded differently
+    for mask in (holes, per_head):
+        plan = plan_attention(q, k, mask, True)
+        assert plan.kind == "mask", plan.describe()
+        ref = reference_attention_variant(q, k, v, Variant(mask=mask))
+        assert (_attend(q, k, v, mask).double() - ref).abs().max() < 1e-5
+
+
 def test_no_mask_plans_follow_sdpa():
     q, k, _ = _qkv(1, 4, 2, 7, 7)
     assert plan_attention(q, k, None, True).causal
