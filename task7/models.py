@@ -334,8 +334,8 @@ def main(argv=None) -> int:
                 r = run_case(name, case, device=device, new_tokens=args.new_tokens,
                              timing_dtype=timing_dtype, fp16=not args.no_fp16,
                              timing=not args.no_timing, seed=args.seed)
-            except BuildError as err:
-                print(f"[task7.models] {err}")
+            except (BuildError, NotImplementedError) as err:
+                print(f"[task7.models] {type(err).__name__}: {str(err).splitlines()[0]}")
                 return 1
             print(_line(r), flush=True)
             results.append(r)

@@ -143,6 +143,21 @@ def test_static_cache_with_left_padding_runs_the_mask_route(one_thread):
     assert torch.equal(ours, ref)
 
 
+def test_command_prints_and_records(one_thread, tmp_path, monkeypatch, capsys):
+    import common.results as results
+
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    code = models.main(["--model", "gpt2", "--single", "--new-tokens", "4", "--device", "cpu",
+                        "--record"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "gpt2     single  | fallbacks 0" in out and "fp32 tokens identical" in out
+    recorded = results.load(tmp_path / "cpu.json")["metrics"]
+    assert recorded["task7.hf.gpt2.single.fallbacks"] == 0
+    assert recorded["task7.hf.gpt2.single.tokens_equal"] == 1
+    assert models.main(["--new-tokens", "0"]) == 2
+
+
 def test_model_metrics_have_the_issue_names():
     """The issue's names, declared in task7/manifest.py, each shown in its Results.md table."""
     from task7 import manifest
