@@ -36,6 +36,29 @@ def test_the_check_catches_a_broken_kernel(tmp_path):
     assert not ok and "undefined_name" in output
 
 
+def test_device_only_mode_still_checks_host_code(tmp_path):
+    """The skeleton's sources are compiled device side only (tests/test_release.py): a host
+    function that does not compile must still fail there."""
+    _need_nvcc()
+    broken = tmp_path / "host.cu"
+    broken.write_text("__global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n"
+                      "void launch(float* x) { undefined_host_name(x); k<<<1, 32>>>(x); }\n")
+    ok, output = compile_check.compile_one(broken, device_only=True)
+    assert not ok and "undefined_host_name" in output
+
+
+def test_a_source_is_compiled_once_per_process(tmp_path, monkeypatch):
+    """Same content (and same included headers) -> the earlier result, without a compiler."""
+    _need_nvcc()
+    first, second = tmp_path / "a" / "same.cu", tmp_path / "b" / "same.cu"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text("__global__ void k(float* x) { x[threadIdx.x] = 2.0f; }\n")
+    assert compile_check.compile_one(first, device_only=True)[0]
+    monkeypatch.setattr(compile_check, "_compile", lambda *a: pytest.fail("compiled again"))
+    assert compile_check.compile_one(second, device_only=True)[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SOURCES, ids=[str(p.relative_to(compile_check.REPO_ROOT)) for p in SOURCES])
 def test_source_compiles(compiled, path):

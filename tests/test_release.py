@@ -120,7 +120,12 @@ def test_release_imports_wherever_the_solution_does(student):
 @pytest.mark.slow
 def test_release_sources_compile(student):
     """nvcc/g++ on every rewritten source, and every source that includes a rewritten header
-    (the unchanged ones are the solution's, which tests/test_compile.py compiles)."""
+    (the unchanged ones are the solution's, which tests/test_compile.py compiles in full).
+
+    The skeleton differs from the solution only inside function bodies, so its .cu files are
+    compiled device side (`nvcc --cubin`): the front end still checks every function, host
+    ones included (a stub that does not compile fails here), and the kernels are built; the
+    host compiler's second parse of torch's headers, a good half of the time, is skipped."""
     out, _ = student
     if compile_check.find_nvcc() is None:
         if os.environ.get("ATTN_REQUIRE_NVCC"):
@@ -134,7 +139,8 @@ def test_release_sources_compile(student):
         re.search(rf'#include\s+"([^"]*/)?{re.escape(h)}"', p.read_text()) for h in headers)]
     if not chosen:
         pytest.skip("no CUDA/C++ source carries solution regions")
-    failed = {p: o for p, (ok, o) in compile_check.compile_all(chosen, root=out).items() if not ok}
+    found = compile_check.compile_all(chosen, root=out, device_only=True)
+    failed = {p: o for p, (ok, o) in found.items() if not ok}
     assert not failed, "\n\n".join(f"{p.relative_to(out)}:\n{o[-3000:]}" for p, o in failed.items())
 
 
