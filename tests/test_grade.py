@@ -100,6 +100,9 @@ def test_gpu_tasks_are_skipped_without_a_gpu(tmp_path):
             assert task["status"] == "skipped: needs a GPU" and task["points"] == 0, task
     assert "Not graded here (no CUDA GPU visible)" in data["stdout"]
     assert data["skipped_tasks"]
+    # Each says why (its manifest's cpu_note); task 7 runs on a CPU, so it says why not here.
+    task7 = _by_task(data)[7]
+    assert "CUDA kernels" in task7["reason"] and "task7.test" in task7["reason"]
 
 
 # --- the rubric and the scoring rules --------------------------------------------------------

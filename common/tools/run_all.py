@@ -35,13 +35,15 @@ def _gpu() -> bool:
 def steps(tasks: list[int], bench: bool, gpu: bool = True,
           nvcc: bool = False) -> tuple[list[tuple[str, list[str]]], list[tuple[str, str]]]:
     """(the steps to run as (name, module args), the steps skipped as (name, why))."""
-    needs_gpu = {m.task: m.needs_gpu for m in manifests()}
+    by_task = {m.task: m for m in manifests()}
     plan, skipped = [], []
     for n in tasks:
         folder = REPO_ROOT / f"task{n}"
-        if not gpu and needs_gpu.get(n, True):
+        manifest = by_task.get(n)
+        if not gpu and (manifest is None or manifest.needs_gpu):
             if (folder / "test.py").exists():
-                skipped.append((f"task{n}", "needs a CUDA GPU (CUDA kernels, or a model on them)"))
+                why = manifest.cpu_note if manifest and manifest.cpu_note else "CUDA code"
+                skipped.append((f"task{n}", f"needs a CUDA GPU: {why}"))
             continue
         if (folder / "compile.py").exists():
             plan.append((f"task{n}.compile", [f"task{n}.compile"]))
