@@ -73,9 +73,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from common import limits
+
 NAME = "course_kernels"   # no "flash"/"sdpa" in it: transformers treats those names specially
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MAX_KERNEL_HEAD_DIM = 128
 # An additive float mask is a keep/drop mask when every value is 0 or at most this (transformers
 # uses the dtype's minimum, -inf, or -1e4 in old code); anything else is a bias.
 MASKED_BELOW = -1e4
@@ -332,8 +333,8 @@ def _kernel_refusal(query, key, value) -> str | None:
     if not query.dtype == key.dtype == value.dtype:
         return "query, key and value dtypes differ"
     head_dim = query.shape[-1]
-    if head_dim % 8 or head_dim > MAX_KERNEL_HEAD_DIM:
-        return f"head_dim {head_dim} (kernels: a multiple of 8 up to {MAX_KERNEL_HEAD_DIM})"
+    if not limits.supports(head_dim):
+        return f"head_dim {head_dim} (kernels: {limits.describe()})"
     if key.shape[-1] != head_dim or value.shape[-1] != head_dim:
         return "key/value head_dim differs from the query's"
     return None
