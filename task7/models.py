@@ -220,7 +220,8 @@ def run_case(name: str, case: str, *, device, new_tokens: int = NEW_TOKENS,
                                                                           ref_ids.cpu())
     if not result.tokens_equal:
         result.first_difference = _first_difference(ours_ids.cpu(), ref_ids.cpu())
-    result.logit_diff = max((a - b).abs().max().item() for a, b in zip(ours_logits, ref_logits))
+    result.logit_diff = max((a - b).abs().max().item()
+                            for a, b in zip(ours_logits, ref_logits, strict=True))
 
     # continuation after a cache: split inside every prompt (and, for Mistral, past the window)
     split = ids.shape[1] - 17
