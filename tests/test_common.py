@@ -124,3 +124,23 @@ def test_token_timing_from_marks():
     assert 0 <= first <= second
     with pytest.raises(RuntimeError):
         clock.mark()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
+@pytest.mark.parametrize("task", [1, 3, 7])
+def test_asking_for_cuda_without_a_gpu_is_one_sentence(task):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", f"task{task}.test", "--device", "cuda",
+                           "--no-record"], capture_output=True, text=True, timeout=300)
+    output = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode == 1 and "Traceback" not in output, output[-2000:]
+    assert len(output.splitlines()) == 1 and "NVIDIA GPU" in output
+
+
+def test_device_problem_accepts_the_cpu_and_names_a_bad_device():
+    from common.harness import device_problem
+
+    assert device_problem(None) is None and device_problem("cpu") is None
+    assert "not a device torch knows" in device_problem("gpu0")
