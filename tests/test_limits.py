@@ -1,0 +1,39 @@
+"""The kernels' limits live in common/limits.py; every build sees them as -D defines."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from common import build, limits
+from common.tools import compile_check
+
+
+def test_supports_and_the_sentence():
+    assert limits.supports(128) and limits.supports(8) and limits.supports(64)
+    assert not limits.supports(136) and not limits.supports(12) and not limits.supports(0)
+    assert limits.unsupported_reason(64) is None
+    with pytest.raises(ValueError, match="head_dim 256 is not a multiple of 8 up to 128"):
+        limits.check_head_dim(256, "use more heads")
+
+
+def test_every_build_gets_the_defines():
+    flags = [f"-DATTN_MAX_HEAD_DIM={limits.MAX_HEAD_DIM}",
+             f"-DATTN_HEAD_DIM_MULTIPLE={limits.HEAD_DIM_MULTIPLE}"]
+    assert limits.define_flags() == flags
+    for flag in flags:
+        assert flag in build.CUDA_FLAGS and flag in build.CXX_FLAGS
+
+
+def test_the_compile_check_passes_the_defines(tmp_path):
+    if compile_check.find_nvcc() is None:
+        if os.environ.get("ATTN_REQUIRE_NVCC"):
+            pytest.fail("ATTN_REQUIRE_NVCC is set (as in CI) but nvcc was not found")
+        pytest.skip("nvcc is not installed here")
+    source = tmp_path / "limits.cu"
+    source.write_text(f"static_assert(ATTN_MAX_HEAD_DIM == {limits.MAX_HEAD_DIM}, \"max\");\n"
+                      f"static_assert(ATTN_HEAD_DIM_MULTIPLE == {limits.HEAD_DIM_MULTIPLE}, \"mult\");\n"
+                      "__global__ void k(float* x) { x[threadIdx.x] = ATTN_MAX_HEAD_DIM; }\n")
+    ok, output = compile_check.compile_one(source, device_only=True)
+    assert ok, output
