@@ -152,7 +152,9 @@ class CaseResult:
         speedup = self.sdpa_tbt_ms / self.tbt_ms if self.tbt_ms > 0 else float("nan")
         values = dict(fallbacks=self.fallbacks + self.chunked_fallbacks,
                       tokens_equal=float(self.tokens_equal), chunked_ok=float(self.chunked_ok),
-                      fp16_logits_ok=float(self.fp16_ok), fp16_logits_err=self.fp16_err,
+                      fp16_logits_ok=(float(self.fp16_ok) if self.fp16_tol == self.fp16_tol
+                                      else float("nan")),           # nan: not measured
+                      fp16_logits_err=self.fp16_err,
                       tbt_ms=self.tbt_ms, sdpa_tbt_ms=self.sdpa_tbt_ms, tbt_speedup=speedup)
         return {names[k]: v for k, v in values.items()}
 
@@ -348,8 +350,7 @@ def main(argv=None) -> int:
     if args.record:
         from common.results import record
 
-        if args.no_timing:
-            metrics = {k: v for k, v in metrics.items() if "tbt" not in k}
+        metrics = {k: v for k, v in metrics.items() if v == v}     # not measured: left out
         print(f"[task7.models] recorded {len(metrics)} metrics in {record(metrics)}")
     return 1 if failed else 0
 
