@@ -327,3 +327,14 @@ def test_device_functions_get_an_empty_body_even_without_the_kernel_tag():
 def test_the_tools_and_tests_carry_no_marker_lines():
     for rel in ("common/tools/release.py", "common/tools/grade.py", "tests/test_release.py", "tests/test_grade.py"):
         assert not release.has_markers((REPO_ROOT / rel).read_text()), rel
+
+
+def test_student_readme_drops_and_unwraps():
+    text = ("# Handout\n\nKeep this.\n<!-- release: drop -->\nOnly the solution has `results/logs/`.\n"
+            "<!-- release: end -->\n<!-- release: student\nYou write the kernel.\n-->\nThe end.\n")
+    assert release.student_readme(text) == ("# Handout\n\nKeep this.\nYou write the kernel.\n"
+                                            "The end.\n")
+    with pytest.raises(release.MarkerError, match="README.md:2: release: drop has no release: end"):
+        release.student_readme("x\n<!-- release: drop -->\ny\n")
+    with pytest.raises(release.MarkerError, match="README.md:1: release: end without"):
+        release.student_readme("<!-- release: end -->\n")
