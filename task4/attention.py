@@ -21,6 +21,8 @@ The kernels take any strides whose last dimension is contiguous, so `x.view(B, S
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 
@@ -66,24 +68,65 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                          "pass None for no window.")
     if key_lengths is not None:
         check_key_lengths(key_lengths, k.shape[2] if k.dim() == 4 else 0)
+    if _strided_as_dense_classes(q, k, stride, window, mask, key_lengths):
+        return _strided_by_classes(q, k, v, causal, out, stride)
     ext = _extension()
     fn = ext.flash_attention_mma if q.dtype in HALF_DTYPES else ext.flash_attention_fp32
     return call_extension(fn, q, k, v, causal, out, window, stride, mask, key_lengths,
                           left_padding)
 
 
+# Strided attention is `stride` independent dense problems: with S_q == S_k, query i sees
+# only keys j with j = i (mod stride), so the queries and keys of one residue class r,
+# q[:, :, r::stride] and k[:, :, r::stride] (strided views, no copies), form a dense
+# (causal) attention of their own, and the output of the class is out[:, :, r::stride].
+# That costs 1/stride of the dense work, where evaluating the pattern per element on every
+# tile (the kernels' general predicate, used for every other combination) costs more than
+# the dense work. Classes shorter than this run the predicate instead (many tiny launches).
+STRIDE_CLASS_MIN_LENGTH = 64
+STRIDE_AS_DENSE_CLASSES = True   # False: always the predicate (the tests run both paths)
+
+
+def _strided_as_dense_classes(q, k, stride, window, mask, key_lengths) -> bool:
+    return (STRIDE_AS_DENSE_CLASSES and isinstance(stride, int) and stride > 1
+            and window is None and mask is None and key_lengths is None
+            and q.dim() == 4 and k.dim() == 4 and q.shape[2] == k.shape[2]
+            and q.shape[2] // stride >= STRIDE_CLASS_MIN_LENGTH)
+
+
+def _strided_by_classes(q, k, v, causal, out, stride):
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    for r in range(stride):
+        flash_attention(q[:, :, r::stride], k[:, :, r::stride], v[:, :, r::stride], causal,
+                        out[:, :, r::stride])
+    return out
+
+
 def check_key_lengths(key_lengths: torch.Tensor, seq_k: int) -> None:
-    """Lengths must lie in [0, seq_k]. Checked on the host (one sync) except while a CUDA
-    graph is being captured, where the kernels clamp them on the device instead."""
+    """Lengths must lie in [0, seq_k]. Checked on the host (one read, which waits for the
+    GPU) except while a CUDA graph is being captured, where the kernels clamp them on the
+    device instead; a tensor already checked (same tensor, unchanged, same seq_k: what every
+    layer of a model forward passes) is not read again."""
+    global _last_checked_lengths
     if not isinstance(key_lengths, torch.Tensor):
         raise TypeError(f"key_lengths must be an int32 tensor, not {type(key_lengths).__name__}.")
     if key_lengths.is_cuda and torch.cuda.is_current_stream_capturing():
         return
-    if key_lengths.numel() and not key_lengths.is_floating_point():
-        low, high = int(key_lengths.min()), int(key_lengths.max())
-        if low < 0 or high > seq_k:
-            raise ValueError(f"key_lengths must lie in [0, {seq_k}] (the number of keys) but "
-                             f"range over [{low}, {high}].")
+    if not key_lengths.numel() or key_lengths.is_floating_point():
+        return  # the extension names what is wrong with it
+    signature = (key_lengths.data_ptr(), key_lengths._version, tuple(key_lengths.shape), seq_k)
+    if (_last_checked_lengths is not None and _last_checked_lengths[1] == signature
+            and _last_checked_lengths[0]() is key_lengths):
+        return
+    low, high = (int(x) for x in torch.aminmax(key_lengths))
+    if low < 0 or high > seq_k:
+        raise ValueError(f"key_lengths must lie in [0, {seq_k}] (the number of keys) but "
+                         f"range over [{low}, {high}].")
+    _last_checked_lengths = (weakref.ref(key_lengths), signature)
+
+
+_last_checked_lengths = None
 
 
 class CustomFlashAttention(nn.Module):

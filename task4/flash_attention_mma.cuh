@@ -452,7 +452,8 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
   // ---- mask: the one predicate of attention_mask.cuh (sequence end, causal, window,
   // lengths, stride, mask tensor), only on the tiles that need it (a uniform branch): the
   // tail tile and the tiles across the diagonal or the window's edge.
-  if (n_block < cta.n_block_unmasked_begin || n_block >= cta.n_block_unmasked_end) {
+  // (Dense attention has no lower edge: tiles below unmasked_begin do not exist.)
+  if ((kGeneral && n_block < cta.n_block_unmasked_begin) || n_block >= cta.n_block_unmasked_end) {
     const int64_t bh = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
     const attn::KeyMask<kGeneral> mask(p.mask, bh / p.heads, bh % p.heads);
     const int lane = tid & 31;
@@ -475,7 +476,7 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
   // buffer is free, and K[n_block - 1] loads during the softmax and P V.
   cp_async_wait<0>();
   __syncthreads();
-  if (n_block > cta.n_block_min) {
+  if (n_block > (kGeneral ? cta.n_block_min : 0)) {
     load_tile<Cfg, kBlockN>(cta.smem_k, cta.k_head, p.k, p.k_row_stride, (n_block - 1) * kBlockN,
                             p.seq_k, p.head_dim, tid);
     cp_async_commit();
@@ -659,7 +660,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
 
   // Key tiles from the last down to the first: the masked ones (the tail tile, the tiles
   // across the diagonal) come first.
-  for (int n_block = n_block_max - 1; n_block >= n_block_min; --n_block)
+  for (int n_block = n_block_max - 1; n_block >= (kGeneral ? n_block_min : 0); --n_block)
     process_key_tile<Element, Cfg, kGeneral>(p, cta, q_frag, st, n_block);
 
   // ---- epilogue: O / l -> Element, staged through this warp's rows of the Q buffer ----
@@ -786,6 +787,14 @@ using ConfigD64_2 = TileConfig<64, 128, 128, 8, true, false, 1>;
 using ConfigD32_0 = TileConfig<32, 128, 128, 4, true, false, 2>;
 using ConfigD96_0 = TileConfig<96, 128, 64, 4, false, false, 2>;
 
+// Patterns beyond causal (window, stride, lengths, a mask tensor) evaluate a longer predicate
+// on their masked tiles, whose registers the 32-rows-per-warp tiles above do not have (ptxas
+// spilled hundreds of bytes): they run 4 warps of 16 query rows on 64 x 64 tiles.
+using ConfigD128_G = TileConfig<128, 64, 64, 4, true, true, 2>;
+using ConfigD96_G = TileConfig<96, 64, 64, 4, true, true, 2>;
+using ConfigD64_G = TileConfig<64, 64, 64, 4, true, false, 2>;
+using ConfigD32_G = TileConfig<32, 64, 64, 4, true, false, 2>;
+
 constexpr int kNumConfigs = 3;  // per head dim 64 / 128; head dims 32 and 96 always use 0
 
 // One entry point per (element type, head dim), defined in flash_attention_mma_<dtype>.cu:
@@ -800,10 +809,10 @@ const char* run_bf16_d96(const Params& p, int config, cudaStream_t stream);
 const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream);
 
 // The body of each run_<dtype>_d<head_dim>: pick the instantiation. A pattern beyond causal
-// (window, stride, lengths, a mask tensor) runs the general predicate on configuration 0.
-template <typename Element, typename C0, typename C1 = C0, typename C2 = C0>
+// (window, stride, lengths, a mask tensor) runs the general predicate on configuration G.
+template <typename Element, typename CG, typename C0, typename C1 = C0, typename C2 = C0>
 const char* run_config(const Params& p, int config, cudaStream_t stream) {
-  if (p.mask.general()) return launch_flash_attention_mma<Element, C0, true>(p, stream);
+  if (p.mask.general()) return launch_flash_attention_mma<Element, CG, true>(p, stream);
   switch (config) {
     case 1: return launch_flash_attention_mma<Element, C1>(p, stream);
     case 2: return launch_flash_attention_mma<Element, C2>(p, stream);

@@ -173,7 +173,9 @@ def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     """One query per (batch, query head) against a cache, with every attention variant.
 
     q [B, H_q, 1, D]; k, v [B, H_kv, S, D] (H_q a multiple of H_kv, any strides with a
-    contiguous last dimension); returns [B, H_q, 1, D]. The query heads of one KV head share
+    contiguous last dimension); returns [B, H_q, 1, D], or writes `out` (that shape, any
+    strides with a contiguous last dimension, e.g. a view of a [B, 1, H_q, D] buffer). The
+    query heads of one KV head share
     one pass over its keys (grouped-query attention reads the cache once per KV head).
     causal, window, stride, mask, key_lengths, left_padding: common/variants.py. key_lengths
     ([B] or 0-d int32 on the GPU) is read on the device, so a captured CUDA graph stays valid

@@ -470,10 +470,18 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const Deco
 // Grouped-query attention (Llama-3, Mistral, Qwen) gives H_q / H_kv query heads one KV head.
 // Decoding each query head on its own would read that head's cache H_q / H_kv times; here one
 // block reads it once for GROUP_TILE query heads: every K row is converted to float once and
-// dotted with GROUP_TILE queries, every V row accumulated into GROUP_TILE outputs. The
-// pattern (window, stride, mask tensor, per-sequence lengths, left padding) is the predicate
-// of attention_mask.cuh with the single query at position key_end - 1; the key range of a
-// window is clipped before the loop, so a windowed decode reads only the window.
+// dotted with GROUP_TILE queries, every V row accumulated into GROUP_TILE outputs.
+// Holding GROUP_TILE queries and outputs costs registers, which leaves few K/V loads in
+// flight if they go through registers as in decode_split_kernel; so the K/V rows stream
+// global -> shared memory with cp.async, STAGES tiles of TILE_KEYS keys deep (the copies
+// need no registers), and the warps compute on one tile while the next ones land.
+// The pattern (window, stride, mask tensor, per-sequence lengths, left padding) is the
+// predicate of attention_mask.cuh with the single query at position key_end - 1; the key
+// range of a window is clipped before the loop, so a windowed decode reads only the window.
+
+constexpr int GROUPED_TILE_KEYS = 32;  // keys per shared-memory tile (8 per warp)
+constexpr int GROUPED_STAGES = 4;      // tiles in flight or being computed
+constexpr float LAZY_RESCALE = 8.f;    // see the online softmax of decode_grouped_kernel
 
 template <typename T>
 struct GroupedDecodeParams {
@@ -495,22 +503,62 @@ struct GroupedDecodeParams {
   float* partial_l;
 };
 
+// Shared memory of one block: K and V tiles of every stage, rows of MAX_HEAD_DIM elements.
+template <typename T>
+constexpr int grouped_smem_bytes() {
+  return GROUPED_STAGES * 2 * GROUPED_TILE_KEYS * MAX_HEAD_DIM * static_cast<int>(sizeof(T));
+}
+
+__device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Copy keys [key0, key0 + TILE_KEYS) of K and V (rows past key_end zero-filled) into one
+// stage: 16-byte chunks, consecutive threads on consecutive chunks of a row.
+template <typename T>
+__device__ __forceinline__ void load_kv_tile(T* k_tile, T* v_tile, const T* k_head, const T* v_head,
+                                             int64_t k_stride_s, int64_t v_stride_s, int64_t key0,
+                                             int64_t key_end, int head_dim) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int chunks_per_row = head_dim / VEC;
+  const int chunks = GROUPED_TILE_KEYS * chunks_per_row;
+  for (int c = threadIdx.x; c < chunks; c += THREADS_PER_BLOCK) {
+    const int row = c / chunks_per_row;
+    const int col = (c % chunks_per_row) * VEC;
+    const int64_t key = key0 + row;
+    const bool valid = key < key_end;
+    cp_async_16_zfill(k_tile + row * MAX_HEAD_DIM + col,
+                      valid ? k_head + key * k_stride_s + col : k_head, valid);
+    cp_async_16_zfill(v_tile + row * MAX_HEAD_DIM + col,
+                      valid ? v_head + key * v_stride_s + col : v_head, valid);
+  }
+}
+
 // grid (B * H_kv * head_chunks, num_splits). Block (b, kv head, chunk) decodes query heads
-// kv_head * group + chunk * GROUP_TILE + g, g < GROUP_TILE (those < group), over the keys
-// of its split. Lane layout as decode_split_kernel; KEY_STEPS warp steps of loads in flight.
-template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS, int GROUP_TILE, int KEY_STEPS,
-          int MIN_BLOCKS>
+// kv_head * group + chunk * GROUP_TILE + g, g < GROUP_TILE (those < group), over the keys of
+// its split. A key is read by LANES_PER_KEY lanes, VEC elements each (as decode_split_kernel).
+template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS, int GROUP_TILE, int MIN_BLOCKS>
 __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
     decode_grouped_kernel(const GroupedDecodeParams<T> p) {
   // BEGIN SOLUTION kernel
   // HINT: Optional extension (beyond the graded course): decode_split_kernel for GROUP_TILE
-  // HINT: query heads that share one KV head, reading each K/V row once for all of them, with
-  // HINT: the attn::KeyMask<true> predicate (key range clipped to keys_begin/keys_end).
+  // HINT: query heads that share one KV head, reading each K/V row once for all of them
+  // HINT: (global -> shared with cp.async, STAGES tiles deep), with the attn::KeyMask<true>
+  // HINT: predicate (the key range clipped to keys_begin/keys_end).
   constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;
   constexpr int ELEMS = VEC * CHUNKS;
-  constexpr int KEYS_PER_WARP_ITER = KEYS_PER_WARP_STEP * KEY_STEPS;
-  constexpr int KEYS_PER_BLOCK_ITER = KEYS_PER_WARP_ITER * WARPS_PER_BLOCK;
+  constexpr int KEYS_PER_WARP = GROUPED_TILE_KEYS / WARPS_PER_BLOCK;   // of each tile
+  constexpr int STEPS = KEYS_PER_WARP / KEYS_PER_WARP_STEP;
+  static_assert(KEYS_PER_WARP % KEYS_PER_WARP_STEP == 0, "whole warp steps per tile");
 
+  extern __shared__ float4 grouped_smem[];  // [STAGES][K, V][TILE_KEYS][MAX_HEAD_DIM] of T
+  T* const tiles = reinterpret_cast<T*>(grouped_smem);
+  constexpr int TILE_ELEMS = GROUPED_TILE_KEYS * MAX_HEAD_DIM;
   __shared__ float warp_o[WARPS_PER_BLOCK][GROUP_TILE][MAX_HEAD_DIM];
   __shared__ float warp_m[WARPS_PER_BLOCK][GROUP_TILE];
   __shared__ float warp_l[WARPS_PER_BLOCK][GROUP_TILE];
@@ -527,13 +575,27 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
   const int key_group = lane / LANES_PER_KEY;
   const int lane_in_key = lane % LANES_PER_KEY;
 
-  // Keys of this split that the query may see at all (the mask tensor may differ per head:
-  // it is applied per head below; everything else is the same for the group).
+  // Keys of this split that the query may see at all (a mask tensor may differ per head:
+  // it is applied per head below; everything else is the same for the whole group).
   const attn::KeyMask<true> mask0(p.mask, b, head0);
   const int64_t key_begin = max(static_cast<int64_t>(split) * p.keys_per_split,
                                 static_cast<int64_t>(max(mask0.keys_begin(0), 0)));
   const int64_t key_end =
       min64(static_cast<int64_t>(split + 1) * p.keys_per_split, mask0.keys_end(0));
+  const int num_tiles = key_end > key_begin
+      ? static_cast<int>((key_end - key_begin + GROUPED_TILE_KEYS - 1) / GROUPED_TILE_KEYS) : 0;
+
+  const T* k_head = p.k + b * p.k_stride_b + kv_head * p.k_stride_h;
+  const T* v_head = p.v + b * p.v_stride_b + kv_head * p.v_stride_h;
+  // Prologue: the first STAGES - 1 tiles in flight, one commit group each (empty past the end).
+#pragma unroll
+  for (int t = 0; t < GROUPED_STAGES - 1; ++t) {
+    if (t < num_tiles)
+      load_kv_tile(tiles + (2 * t) * TILE_ELEMS, tiles + (2 * t + 1) * TILE_ELEMS, k_head, v_head,
+                   p.k_stride_s, p.v_stride_s, key_begin + t * GROUPED_TILE_KEYS, key_end,
+                   p.head_dim);
+    cp_async_commit_group();
+  }
 
   float q_reg[GROUP_TILE][ELEMS];
 #pragma unroll
@@ -548,9 +610,6 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
       for (int e = 0; e < VEC; ++e) q_reg[g][c * VEC + e] = x[e] * p.score_scale;
     }
   }
-
-  const T* k_head = p.k + b * p.k_stride_b + kv_head * p.k_stride_h;
-  const T* v_head = p.v + b * p.v_stride_b + kv_head * p.v_stride_h;
   float m[GROUP_TILE], l[GROUP_TILE], acc[GROUP_TILE][ELEMS];
 #pragma unroll
   for (int g = 0; g < GROUP_TILE; ++g) {
@@ -559,91 +618,80 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
 #pragma unroll
     for (int i = 0; i < ELEMS; ++i) acc[g][i] = 0.f;
   }
-  // Does this block need the elementwise predicate? Not for a plain (or causal) decode of
-  // every key in [key_begin, key_end): only a stride or a mask tensor needs it per key.
+  // Only a stride or a mask tensor needs the predicate per key: the range is exact otherwise.
   const bool elementwise = p.mask.stride > 1 || p.mask.mask != nullptr;
 
-  for (int64_t base = key_begin + warp * KEYS_PER_WARP_ITER; base < key_end;
-       base += KEYS_PER_BLOCK_ITER) {
-    Pack<T, VEC> k_frag[KEY_STEPS][CHUNKS];
-    Pack<T, VEC> v_frag[KEY_STEPS][CHUNKS];
+  for (int t = 0; t < num_tiles; ++t) {
+    // Refill the stage that tile t - 1 used (every warp finished it: barrier at loop end).
+    const int next = t + GROUPED_STAGES - 1;
+    if (next < num_tiles) {
+      const int stage = next % GROUPED_STAGES;
+      load_kv_tile(tiles + (2 * stage) * TILE_ELEMS, tiles + (2 * stage + 1) * TILE_ELEMS, k_head,
+                   v_head, p.k_stride_s, p.v_stride_s, key_begin + next * GROUPED_TILE_KEYS,
+                   key_end, p.head_dim);
+    }
+    cp_async_commit_group();
+    cp_async_wait_group<GROUPED_STAGES - 1>();  // tile t has landed (this thread's copies) ...
+    __syncthreads();                            // ... and everyone's
+    const T* k_tile = tiles + (2 * (t % GROUPED_STAGES)) * TILE_ELEMS;
+    const T* v_tile = k_tile + TILE_ELEMS;
+    const int64_t tile_key0 = key_begin + static_cast<int64_t>(t) * GROUPED_TILE_KEYS;
+
+    // This warp's STEPS x KEYS_PER_WARP_STEP keys of the tile, one key per lane group and
+    // step: the K and V rows are converted to float once and used by every head. The
+    // online softmax rescales lazily: the accumulators are rescaled only when a score
+    // exceeds the running reference m by more than LAZY_RESCALE (in log2 units), so
+    // p = exp2(s - m) <= 2^LAZY_RESCALE stays far from overflow, and the usual case is one
+    // exp2 and one FMA per element instead of a rescale of GROUP_TILE x ELEMS accumulators.
+    // (The result is the same: numerator and denominator share the reference m.)
 #pragma unroll
-    for (int u = 0; u < KEY_STEPS; ++u) {
-      const int64_t key = base + u * KEYS_PER_WARP_STEP + key_group;
-      const bool key_ok = key < key_end;
+    for (int u = 0; u < STEPS; ++u) {
+      const int row = warp * KEYS_PER_WARP + u * KEYS_PER_WARP_STEP + key_group;
+      const int64_t key = tile_key0 + row;
+      float kf[ELEMS], vf[ELEMS];
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
-        const bool in_range = key_ok && d0 < p.head_dim;
-        k_frag[u][c] = in_range ? load_pack<T, VEC>(k_head + key * p.k_stride_s + d0)
-                                : zero_pack<T, VEC>();
-        v_frag[u][c] = in_range ? load_pack<T, VEC>(v_head + key * p.v_stride_s + d0)
-                                : zero_pack<T, VEC>();
+        float x[VEC], y[VEC];
+        const bool in = d0 < p.head_dim;
+        unpack<T, VEC>(in ? load_pack<T, VEC>(k_tile + row * MAX_HEAD_DIM + d0) : zero_pack<T, VEC>(), x);
+        unpack<T, VEC>(in ? load_pack<T, VEC>(v_tile + row * MAX_HEAD_DIM + d0) : zero_pack<T, VEC>(), y);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          kf[c * VEC + e] = x[e];
+          vf[c * VEC + e] = y[e];
+        }
       }
-    }
-    // Scores of every (key, head): the K row is converted once for all heads.
-    float score[KEY_STEPS][GROUP_TILE];
-#pragma unroll
-    for (int u = 0; u < KEY_STEPS; ++u) {
-      float dot[GROUP_TILE];
-#pragma unroll
-      for (int g = 0; g < GROUP_TILE; ++g) dot[g] = 0.f;
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        float kf[VEC];
-        unpack<T, VEC>(k_frag[u][c], kf);
-#pragma unroll
-        for (int g = 0; g < GROUP_TILE; ++g)
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) dot[g] = fmaf(q_reg[g][c * VEC + e], kf[e], dot[g]);
-      }
-      const int64_t key = base + u * KEYS_PER_WARP_STEP + key_group;
 #pragma unroll
       for (int g = 0; g < GROUP_TILE; ++g) {
+        float dot = 0.f;
+#pragma unroll
+        for (int i = 0; i < ELEMS; ++i) dot = fmaf(q_reg[g][i], kf[i], dot);
 #pragma unroll
         for (int offset = LANES_PER_KEY / 2; offset > 0; offset /= 2)
-          dot[g] += __shfl_xor_sync(FULL_MASK, dot[g], offset);
-        float s = key < key_end ? dot[g] : -INFINITY;
+          dot += __shfl_xor_sync(FULL_MASK, dot, offset);
+        float s = key < key_end ? dot : -INFINITY;
         if (elementwise && key < key_end) {
           const attn::KeyMask<true> mask(p.mask, b, head0 + min(g, heads_here - 1));
           s = mask.apply(s, 0, static_cast<int>(key));
         }
-        score[u][g] = s;
-      }
-    }
+        if (s == -INFINITY) continue;  // not visible (uniform within the key group)
+        if (s > m[g] + LAZY_RESCALE) {  // rare: a new reference (the first key always)
+          const float rescale = exp2f(m[g] - s);  // exp2(-inf) = 0 before the first key
+          l[g] *= rescale;
 #pragma unroll
-    for (int g = 0; g < GROUP_TILE; ++g) {
-      float m_new = m[g];
-#pragma unroll
-      for (int u = 0; u < KEY_STEPS; ++u) m_new = fmaxf(m_new, score[u][g]);
-      if (m_new == -INFINITY) continue;  // no visible key yet (uniform within the key group)
-      const float rescale = exp2f(m[g] - m_new);
-      l[g] *= rescale;
-#pragma unroll
-      for (int i = 0; i < ELEMS; ++i) acc[g][i] *= rescale;
-      m[g] = m_new;
-#pragma unroll
-      for (int u = 0; u < KEY_STEPS; ++u) score[u][g] = exp2f(score[u][g] - m_new);
-#pragma unroll
-      for (int u = 0; u < KEY_STEPS; ++u) l[g] += score[u][g];
-    }
-    // O += p V: the V row is converted once for all heads.
-#pragma unroll
-    for (int u = 0; u < KEY_STEPS; ++u) {
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        float vf[VEC];
-        unpack<T, VEC>(v_frag[u][c], vf);
-#pragma unroll
-        for (int g = 0; g < GROUP_TILE; ++g) {
-          // A head that has seen no key keeps m = -inf and its score is still raw: use 0.
-          const float prob = m[g] == -INFINITY ? 0.f : score[u][g];
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[g][c * VEC + e] = fmaf(prob, vf[e], acc[g][c * VEC + e]);
+          for (int i = 0; i < ELEMS; ++i) acc[g][i] *= rescale;
+          m[g] = s;
         }
+        const float prob = exp2f(s - m[g]);
+        l[g] += prob;
+#pragma unroll
+        for (int i = 0; i < ELEMS; ++i) acc[g][i] = fmaf(prob, vf[i], acc[g][i]);
       }
     }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
+  cp_async_wait_group<0>();  // nothing left in flight (empty groups only) before exit
 
   // Merge the key groups of each warp, then the warps, per head (as decode_split_kernel).
 #pragma unroll
@@ -821,18 +869,76 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   // END SOLUTION
 }
 
-// Launch decode_grouped_kernel with the group tile, lanes and load depth for this shape:
-// more query heads per block hold more registers, so fewer loads are kept in flight.
-template <typename T, int GROUP_TILE, int KEY_STEPS, int MIN_BLOCKS>
+// Merge the splits of one (batch, query head): out = sum_s w_s o_s / sum_s w_s l_s with
+// w_s = exp2(m_s - max m). The course's combine_splits_kernel walks the splits one after the
+// other in every thread (a chain of dependent loads, fine for its ~16 splits); with the
+// 100+ splits of a grouped decode that chain is the whole cost, so here the threads share
+// the splits: the max and the weights are computed in parallel into shared memory, then
+// each output element is an unrolled sum of independent loads.
+template <typename T>
+__global__ void __launch_bounds__(MAX_HEAD_DIM) combine_grouped_kernel(const GroupedDecodeParams<T> p) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: the combine for many splits (see the comment above).
+  __shared__ float weight[MAX_SPLITS];
+  __shared__ float warp_max[MAX_HEAD_DIM / WARP_SIZE];
+  __shared__ float warp_sum[MAX_HEAD_DIM / WARP_SIZE];
+  const int state = blockIdx.x;  // b * heads_q + h
+  const int b = state / p.heads_q;
+  const int h = state % p.heads_q;
+  const float* m_split = p.partial_m + static_cast<int64_t>(state) * p.num_splits;
+  const float* l_split = p.partial_l + static_cast<int64_t>(state) * p.num_splits;
+  const float* o_split = p.partial_o + static_cast<int64_t>(state) * p.num_splits * p.head_dim;
+  const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+  constexpr int WARPS = MAX_HEAD_DIM / WARP_SIZE;
+
+  float m_max = -INFINITY;
+  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) m_max = fmaxf(m_max, m_split[s]);
+  for (int offset = 16; offset > 0; offset /= 2)
+    m_max = fmaxf(m_max, __shfl_xor_sync(FULL_MASK, m_max, offset));
+  if (lane == 0) warp_max[warp] = m_max;
+  __syncthreads();
+  m_max = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < WARPS; ++w) m_max = fmaxf(m_max, warp_max[w]);
+
+  float l_total = 0.f;
+  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) {
+    const float w = m_split[s] == -INFINITY ? 0.f : exp2f(m_split[s] - m_max);
+    weight[s] = w;
+    l_total = fmaf(w, l_split[s], l_total);
+  }
+  for (int offset = 16; offset > 0; offset /= 2) l_total += __shfl_xor_sync(FULL_MASK, l_total, offset);
+  if (lane == 0) warp_sum[warp] = l_total;
+  __syncthreads();  // also publishes weight[]
+  l_total = 0.f;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) l_total += warp_sum[w];
+  const float inv_l = l_total > 0.f ? 1.f / l_total : 0.f;  // no visible key: 0
+
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < p.num_splits; ++s) o = fmaf(weight[s], o_split[static_cast<int64_t>(s) * p.head_dim + d], o);
+    p.out[b * p.out_stride_b + h * p.out_stride_h + d] = from_float<T>(o * inv_l);
+  }
+  // END SOLUTION
+}
+
+// Launch decode_grouped_kernel with the group tile and lanes for this shape (more query heads
+// per block hold more registers, so fewer blocks fit per SM).
+template <typename T, int GROUP_TILE, int MIN_BLOCKS>
 void launch_grouped_tile(const GroupedDecodeParams<T>& p, dim3 grid, cudaStream_t stream) {
   constexpr int VEC = 16 / sizeof(T);
-  if (attn::ceil_div(p.head_dim, VEC) <= 16) {
-    decode_grouped_kernel<T, VEC, 16, 1, GROUP_TILE, KEY_STEPS, MIN_BLOCKS>
-        <<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
-  } else {  // fp32, head_dim in (64, 128]
-    decode_grouped_kernel<T, VEC, 32, 1, GROUP_TILE, KEY_STEPS, MIN_BLOCKS>
-        <<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
-  }
+  constexpr int kSmem = grouped_smem_bytes<T>();
+  auto kernel = attn::ceil_div(p.head_dim, VEC) <= 16
+                    ? decode_grouped_kernel<T, VEC, 16, 1, GROUP_TILE, MIN_BLOCKS>
+                    : decode_grouped_kernel<T, VEC, 32, 1, GROUP_TILE, MIN_BLOCKS>;  // fp32, D > 64
+  // Above 48 KB a kernel must opt in to more dynamic shared memory (cheap; once per call).
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  TORCH_CHECK(err == cudaSuccess, attn::str("cudaFuncSetAttribute failed for decode_grouped_kernel: ",
+              cudaGetErrorString(err)));
+  kernel<<<grid, THREADS_PER_BLOCK, kSmem, stream>>>(p);
 }
 
 int grouped_tile_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
@@ -879,27 +985,16 @@ void run_decode_grouped(const torch::Tensor& q, const torch::Tensor& k, const to
   const dim3 grid(static_cast<unsigned>(q.size(0) * p.heads_kv * p.head_chunks),
                   static_cast<unsigned>(num_splits));
   switch (tile) {
-    case 1: launch_grouped_tile<T, 1, 4, 5>(p, grid, stream); break;
-    case 2: launch_grouped_tile<T, 2, 4, 4>(p, grid, stream); break;
-    case 4: launch_grouped_tile<T, 4, 2, 3>(p, grid, stream); break;
-    default: launch_grouped_tile<T, 8, 2, 2>(p, grid, stream); break;
+    case 1: launch_grouped_tile<T, 1, 3>(p, grid, stream); break;
+    case 2: launch_grouped_tile<T, 2, 3>(p, grid, stream); break;
+    case 4: launch_grouped_tile<T, 4, 2>(p, grid, stream); break;
+    default: launch_grouped_tile<T, 8, 2>(p, grid, stream); break;
   }
   attn::check_launch("decode_grouped_kernel");
   if (num_splits > 1) {
-    // The course's combine kernel merges the partials of every (batch, query head).
-    DecodeParams<T> c{};
-    c.out = p.out;
-    c.out_stride_b = p.out_stride_b;
-    c.out_stride_h = p.out_stride_h;
-    c.heads = p.heads_q;
-    c.head_dim = p.head_dim;
-    c.num_splits = num_splits;
-    c.partial_o = p.partial_o;
-    c.partial_m = p.partial_m;
-    c.partial_l = p.partial_l;
-    combine_splits_kernel<T><<<static_cast<unsigned>(q.size(0) * q.size(1)), MAX_HEAD_DIM, 0,
-                               stream>>>(c);
-    attn::check_launch("combine_splits_kernel");
+    combine_grouped_kernel<T><<<static_cast<unsigned>(q.size(0) * q.size(1)), MAX_HEAD_DIM, 0,
+                                stream>>>(p);
+    attn::check_launch("combine_grouped_kernel");
   }
 }
 

@@ -46,6 +46,7 @@ struct MaskParams {
   int causal = 0;
   int window = 0;                      // 0: no window
   int stride = 1;                      // 1: every key
+  float inv_stride = 1.f;              // 1 / stride (the divisibility test, see apply)
   const int* key_lengths = nullptr;    // [B] int32 on the device, or nullptr: all S_k keys
   int64_t key_lengths_stride = 0;      // 0: one length for every sequence
   int left_padding = 0;                // key_lengths counts the LAST keys of each sequence
@@ -85,6 +86,7 @@ struct KeyMask {
   int offset;              // pos(i) = i + offset
   int causal;
   int window, stride;
+  float inv_stride;
   const char* mask_head;   // the mask at [b, h, 0, 0], in bytes; nullptr: no mask
   int mask_kind;
   int64_t mask_stride_q, mask_stride_k;
@@ -98,6 +100,7 @@ struct KeyMask {
     key_end = p.seq_k;
     window = 0;
     stride = 1;
+    inv_stride = 1.f;
     mask_head = nullptr;
     mask_kind = kNoMask;
     mask_stride_q = mask_stride_k = 0;
@@ -105,6 +108,7 @@ struct KeyMask {
     if constexpr (kGeneral) {
       window = p.window;
       stride = p.stride;
+      inv_stride = p.inv_stride;
       if (p.key_lengths != nullptr) {
         // A device value was never checked on the host: clamp it to the keys that exist.
         int length = p.key_lengths[batch * p.key_lengths_stride];
@@ -160,14 +164,23 @@ struct KeyMask {
   // The score of pair (q, k) in the kernel's units: `score` plus the mask's bias, or -inf
   // when k is not visible to q.
   __device__ __forceinline__ float apply(float score, int q, int k) const {
+    if constexpr (!kGeneral) {
+      // Dense: one comparison per element against the row's first invisible key (the
+      // compiler hoists the limit out of a loop over the keys of a row).
+      return k >= (causal ? min(key_end, q + offset + 1) : key_end) ? -INFINITY : score;
+    }
     if (k >= key_end || k < key_begin) return -INFINITY;
     const int pos = q + offset;
     if (causal && k > pos) return -INFINITY;
     if constexpr (kGeneral) {
       if (window > 0 && (k <= pos - window || (!causal && k >= pos + window))) return -INFINITY;
       if (stride > 1) {
+        // distance % stride without an integer division (~20 instructions per element):
+        // the nearest integer to distance / stride times stride is distance exactly when
+        // stride divides it; exact for distance < 2^22 (the host checks seq_k < 2^22).
         const int distance = pos >= k ? pos - k : k - pos;
-        if (distance % stride != 0) return -INFINITY;
+        const int quotient = __float2int_rn(__int2float_rn(distance) * inv_stride);
+        if (quotient * stride != distance) return -INFINITY;
       }
       if (mask_head != nullptr && q < seq_q) {
         const float bias = mask_value(mask_head, mask_kind, q * mask_stride_q + k * mask_stride_k);
@@ -201,6 +214,10 @@ inline MaskParams make_mask_params(const torch::Tensor& q, const torch::Tensor& 
   }
   TORCH_CHECK_VALUE(stride >= 1, attn::str("stride must be at least 1 (1 = every key) but is ", stride, "."));
   p.stride = static_cast<int>(std::min<int64_t>(stride, static_cast<int64_t>(INT32_MAX / 2)));
+  p.inv_stride = 1.f / static_cast<float>(p.stride);
+  TORCH_CHECK_VALUE(p.stride == 1 || (seq_k < (1 << 22) && seq_q < (1 << 22)), attn::str("a stride "
+                    "takes sequences shorter than 2^22 = 4194304 tokens (its divisibility test is "
+                    "exact below that) but seq_q is ", seq_q, " and seq_k ", seq_k, "."));
   if (key_lengths.has_value()) {
     const torch::Tensor& t = *key_lengths;
     check_cuda_tensor(t, "key_lengths");
