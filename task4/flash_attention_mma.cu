@@ -81,7 +81,8 @@ void check_row_layout(const torch::Tensor& t, const char* name) {
 torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                   std::optional<torch::Tensor> out, std::optional<int64_t> window,
                                   int64_t stride, std::optional<torch::Tensor> mask,
-                                  std::optional<torch::Tensor> key_lengths, bool left_padding) {
+                                  std::optional<torch::Tensor> key_lengths, bool left_padding,
+                                  std::optional<torch::Tensor> lse) {
   // ---- validation: every bad input raises a Python ValueError / TypeError ----
   attn::check_cuda_tensor(q, "q");
   attn::check_cuda_tensor(k, "k");
@@ -161,6 +162,17 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   // An additive mask value a (logit units) is a * sqrt(D) in the kernel's raw score units.
   p.mask = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths, left_padding,
                                   static_cast<float>(std::sqrt(static_cast<double>(head_dim))));
+  p.lse = nullptr;
+  if (lse.has_value()) {  // [B, H_q, S_q] float32, contiguous: each row's base-2 log-sum-exp
+    attn::check_cuda_tensor(*lse, "lse");
+    TORCH_CHECK_TYPE(lse->scalar_type() == torch::kFloat32, attn::str("lse must be float32 but has dtype ",
+                     lse->scalar_type(), "."));
+    TORCH_CHECK_VALUE(lse->device() == q.device() && lse->is_contiguous() && lse->dim() == 3 &&
+                      lse->size(0) == batch && lse->size(1) == heads && lse->size(2) == q.size(2),
+                      attn::str("lse must be a contiguous float32 [", batch, ", ", heads, ", ", q.size(2),
+                      "] tensor on q's device but has shape ", lse->sizes(), "."));
+    p.lse = lse->data_ptr<float>();
+  }
   // exp(x / sqrt(D)) = exp2(x * log2(e) / sqrt(D)); the true D, also when the kernel's tile
   // is wider (the padding columns are zero and add nothing to q.k).
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(head_dim)));

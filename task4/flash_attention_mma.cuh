@@ -54,6 +54,7 @@ struct Params {
   int head_dim;         // D, a multiple of 8, <= the kernel's kHeadDim (the rest is zero-filled)
   float scale_log2;     // log2(e) / sqrt(D): exp(x / sqrt(D)) == exp2(x * scale_log2)
   attn::MaskParams mask;  // which keys each query sees (causal, window, lengths, ...)
+  float* lse;             // optional [B * H_q, seq_q] float32: base-2 log-sum-exp per row
 };
 
 // One tile configuration. kRowsPerWarp = kBlockM / kNWarps query rows per warp (16 or 32).
@@ -679,12 +680,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   const int t = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
-    float row_sum[2];
+    float row_sum[2], row_max[2];
     if constexpr (Cfg::kStatsInSmem) {
       const float4 stats = *stats_slot<Cfg>(cta.stats, mt, tid);
+      row_max[0] = stats.x;
+      row_max[1] = stats.y;
       row_sum[0] = stats.z;
       row_sum[1] = stats.w;
     } else {
+      row_max[0] = st.row_max[mt][0];
+      row_max[1] = st.row_max[mt][1];
       row_sum[0] = st.row_sum[mt][0];
       row_sum[1] = st.row_sum[mt][1];
     }
@@ -693,9 +698,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
       float l = row_sum[h];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      // l >= 1 for every row (its maximum contributes exp2(0) = 1); guard anyway.
+      // l >= 1 for a row that saw a key (its maximum contributes exp2(0) = 1); 0 otherwise.
       const float inv_l = l > 0.f ? __fdividef(1.f, l) : 0.f;
       const int row = warp_row0 + mt * 16 + g + h * 8;
+      // Optional: the row's log-sum-exp in base 2 (what a split-KV decode needs to merge the
+      // results of several key ranges); -inf for a row without a visible key.
+      if (p.lse != nullptr && t == 0 && cta.m_start + row < seq_q)
+        p.lse[(static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * seq_q + cta.m_start + row] =
+            l > 0.f ? fmaf(row_max[h], p.scale_log2, __log2f(l)) : -INFINITY;
 #pragma unroll
       for (int j = 0; j < kDTiles; ++j) {
         const uint32_t packed =
@@ -795,6 +805,12 @@ using ConfigD96_G = TileConfig<96, 64, 64, 4, true, true, 2>;
 using ConfigD64_G = TileConfig<64, 64, 64, 4, true, false, 2>;
 using ConfigD32_G = TileConfig<32, 64, 64, 4, true, false, 2>;
 
+// At most 16 query rows (a decode step whose query heads share a KV head, packed as rows:
+// task 5's grouped decode): one warp of 16 rows per CTA, so that a tile's tensor-core work is
+// not 8x larger than its 8 real rows need, and many CTAs per SM keep K/V loads in flight.
+using ConfigD128_Rows16 = TileConfig<128, 16, 64, 1, true, false, 4>;
+using ConfigD64_Rows16 = TileConfig<64, 16, 64, 1, true, false, 4>;
+
 constexpr int kNumConfigs = 3;  // per head dim 64 / 128; head dims 32 and 96 always use 0
 
 // One entry point per (element type, head dim), defined in flash_attention_mma_<dtype>.cu:
@@ -810,9 +826,11 @@ const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream);
 
 // The body of each run_<dtype>_d<head_dim>: pick the instantiation. A pattern beyond causal
 // (window, stride, lengths, a mask tensor) runs the general predicate on configuration G.
-template <typename Element, typename CG, typename C0, typename C1 = C0, typename C2 = C0>
+template <typename Element, typename CG, typename C0, typename C1 = C0, typename C2 = C0,
+          typename C16 = C0>
 const char* run_config(const Params& p, int config, cudaStream_t stream) {
   if (p.mask.general()) return launch_flash_attention_mma<Element, CG, true>(p, stream);
+  if (p.seq_q <= 16 && config == 0) return launch_flash_attention_mma<Element, C16>(p, stream);
   switch (config) {
     case 1: return launch_flash_attention_mma<Element, C1>(p, stream);
     case 2: return launch_flash_attention_mma<Element, C2>(p, stream);

@@ -13,7 +13,8 @@ const char* run_bf16_d32(const Params& p, int, cudaStream_t stream) {
 }
 
 const char* run_bf16_d64(const Params& p, int config, cudaStream_t stream) {
-  return run_config<__nv_bfloat16, ConfigD64_G, ConfigD64_0, ConfigD64_1, ConfigD64_2>(p, config, stream);
+  return run_config<__nv_bfloat16, ConfigD64_G, ConfigD64_0, ConfigD64_1, ConfigD64_2,
+                    ConfigD64_Rows16>(p, config, stream);
 }
 
 const char* run_bf16_d96(const Params& p, int, cudaStream_t stream) {
@@ -21,7 +22,8 @@ const char* run_bf16_d96(const Params& p, int, cudaStream_t stream) {
 }
 
 const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream) {
-  return run_config<__nv_bfloat16, ConfigD128_G, ConfigD128_0, ConfigD128_1, ConfigD128_2>(p, config, stream);
+  return run_config<__nv_bfloat16, ConfigD128_G, ConfigD128_0, ConfigD128_1, ConfigD128_2,
+                    ConfigD128_Rows16>(p, config, stream);
 }
 
 }  // namespace mma_attn

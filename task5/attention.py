@@ -189,12 +189,81 @@ def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                          "pass None for no window.")
     if key_lengths is not None:
         check_key_lengths(key_lengths, k.shape[2] if k.dim() == 4 else 0)
+    if (TENSOR_CORE_DECODE and num_splits is None and window is None and stride == 1
+            and mask is None and key_lengths is None and not left_padding):
+        splits = _tensor_core_splits(q, k, v)
+        if splits:
+            return _decode_on_tensor_cores(q, k, v, splits, out)
     ext = _ext()
     if num_splits is None:
         groups = q.shape[0] * k.shape[1] if q.dim() == 4 and k.dim() == 4 else 0
         num_splits = _auto_num_splits(q, groups, k.shape[2] if k.dim() == 4 else 0)
     return ext.decode_attention_grouped(q, k, v, causal, window, stride, mask, key_lengths,
                                         left_padding, num_splits, out)
+
+
+# Grouped-query decode on tensor cores, as FlashAttention-2 does it: the G = H_q / H_kv query
+# heads of one KV head all attend to the same keys, so they are the rows of a G-row "prefill"
+# on task 4's tensor-core kernel (its 16-row tile), and the keys are cut into `splits` ranges
+# that are separate "heads" of a strided view of the cache (no copy), so that the GPU is
+# full. The kernel also returns each row's log-sum-exp, and merge_attention_splits (task 5)
+# merges the ranges. CUDA cores would do G multiply-adds per cached element and run out of
+# issue slots long before memory bandwidth (Results.md has both).
+TENSOR_CORE_DECODE = True       # False: always the CUDA-core grouped kernel (tests run both)
+TENSOR_CORE_MIN_GROUP = 2       # one query head per KV head is the course kernel's job
+TENSOR_CORE_MIN_KEYS_PER_SPLIT = 64
+
+
+def _tensor_core_splits(q, k, v) -> int:
+    """The number of key ranges for the tensor-core path, or 0 if it does not apply."""
+    if not (isinstance(q, torch.Tensor) and q.is_cuda and q.dim() == 4 and k.dim() == 4
+            and v.dim() == 4 and q.dtype in (torch.float16, torch.bfloat16)
+            and k.dtype == q.dtype and v.dtype == q.dtype and q.shape[2] == 1
+            and k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]
+            and q.shape[3] in (64, 128) and k.shape[1] >= 1 and q.shape[1] % k.shape[1] == 0):
+        return 0
+    batch, heads_q, _, _ = q.shape
+    heads_kv, seq = k.shape[1], k.shape[2]
+    if heads_q // heads_kv < TENSOR_CORE_MIN_GROUP:
+        return 0
+    # The ranges are a view [B, H_kv * splits, seq / splits, D]: the heads of k and v must be
+    # `seq` rows apart, rows 16-byte aligned.
+    for t in (k, v):
+        if t.stride(3) != 1 or t.stride(1) != seq * t.stride(2) or t.stride(2) % 8 or \
+                t.stride(0) % 8 or t.data_ptr() % 16:
+            return 0
+    target = max(1, 4 * _num_sms(q.device.index) // (batch * heads_kv))  # measured best of 2..8
+    splits = 1
+    while (splits * 2 <= target and seq % (splits * 2) == 0
+           and seq // (splits * 2) >= TENSOR_CORE_MIN_KEYS_PER_SPLIT and splits * 2 <= 1024):
+        splits *= 2
+    return splits
+
+
+def _decode_on_tensor_cores(q, k, v, splits: int, out):
+    from task4.compile import load as load_task4
+
+    batch, heads_q, _, head_dim = q.shape
+    heads_kv, seq = k.shape[1], k.shape[2]
+    group = heads_q // heads_kv
+    per_split = seq // splits
+
+    def ranges(t):  # [B, H_kv, seq, D] -> [B, H_kv * splits, seq / splits, D], a view
+        return t.as_strided((batch, heads_kv * splits, per_split, head_dim),
+                            (t.stride(0), per_split * t.stride(2), t.stride(2), 1))
+
+    # Each range's rows are the group's queries: [B, H_kv * splits, G, D] (a copy of q, small).
+    rows = q.reshape(batch, heads_kv, 1, group, head_dim).expand(
+        batch, heads_kv, splits, group, head_dim).reshape(batch, heads_kv * splits, group, head_dim)
+    partial = torch.empty_like(rows)
+    lse = torch.empty(batch, heads_kv * splits, group, dtype=torch.float32, device=q.device)
+    load_task4().flash_attention_mma(rows, ranges(k), ranges(v), False, partial, None, 1, None,
+                                     None, False, lse)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    _ext().merge_attention_splits(partial.view(batch, heads_kv, splits, group, head_dim),
+                                  lse.view(batch, heads_kv, splits, group), out)
+    return out
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

@@ -35,6 +35,9 @@ torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::
                                        bool left_padding, int64_t num_splits,
                                        std::optional<torch::Tensor> out);
 
+// Merge a split decode's per-range results by their log-sum-exp (the tensor-core GQA path).
+void merge_attention_splits(torch::Tensor partial, torch::Tensor lse, torch::Tensor out);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 5: KV cache update and decode (split-KV FlashDecoding) kernels";
   m.def("update_kv_cache", &update_kv_cache,
@@ -57,6 +60,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
         py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
         py::arg("num_splits") = 1, py::arg("out") = py::none());
+  m.def("merge_attention_splits", &merge_attention_splits,
+        "out[b, h] = the LSE-weighted merge of partial [B, H_kv, splits, G, D] over the splits",
+        py::arg("partial"), py::arg("lse"), py::arg("out"));
   m.def("decode_linear", &decode_linear,
         "y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x, streaming the weight",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),

@@ -924,6 +924,65 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_grouped_kernel(const Gro
   // END SOLUTION
 }
 
+// Tensor-core grouped decode (task 4's kernel on the query heads of a KV head packed as
+// rows, one key range per "head" of a strided view): merge its per-range results. partial
+// [B, H_kv, splits, G, D] holds each range's normalised output, lse [B, H_kv, splits, G]
+// its base-2 log-sum-exp; out[b, h] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
+template <typename T>
+struct MergeParams {
+  const T* partial;
+  const float* lse;
+  T* out;
+  int64_t out_stride_b, out_stride_h;
+  int heads_q, group, num_splits, head_dim;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeParams<T> p) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: the merge of a split-KV decode from each split's LSE.
+  __shared__ float weight[MAX_SPLITS];
+  __shared__ float warp_val[MAX_HEAD_DIM / WARP_SIZE];
+  constexpr int WARPS = MAX_HEAD_DIM / WARP_SIZE;
+  const int b = blockIdx.x / p.heads_q;
+  const int h = blockIdx.x % p.heads_q;
+  const int kv = h / p.group, g = h % p.group;
+  const int heads_kv = p.heads_q / p.group;
+  const int64_t first = ((static_cast<int64_t>(b) * heads_kv + kv) * p.num_splits) * p.group + g;
+  const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+  float m = -INFINITY;
+  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) m = fmaxf(m, p.lse[first + s * p.group]);
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
+  if (lane == 0) warp_val[warp] = m;
+  __syncthreads();
+  m = warp_val[0];
+#pragma unroll
+  for (int w = 1; w < WARPS; ++w) m = fmaxf(m, warp_val[w]);
+  __syncthreads();
+  float total = 0.f;
+  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) {
+    const float lse = p.lse[first + s * p.group];
+    const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
+    weight[s] = w;
+    total += w;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
+  if (lane == 0) warp_val[warp] = total;
+  __syncthreads();
+  total = 0.f;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) total += warp_val[w];
+  const float inv_total = total > 0.f ? 1.f / total : 0.f;  // no visible key anywhere: 0
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < p.num_splits; ++s)
+      o = fmaf(weight[s], to_float(p.partial[(first + static_cast<int64_t>(s) * p.group) * p.head_dim + d]), o);
+    p.out[b * p.out_stride_b + h * p.out_stride_h + d] = from_float<T>(o * inv_total);
+  }
+  // END SOLUTION
+}
+
 // Launch decode_grouped_kernel with the group tile and lanes for this shape (more query heads
 // per block hold more registers, so fewer blocks fit per SM).
 template <typename T, int GROUP_TILE, int MIN_BLOCKS>
@@ -1304,4 +1363,48 @@ torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::
     default: run_decode_grouped<__nv_bfloat16>(qa, ka, va, result, mask_params, group, splits); break;
   }
   return result;
+}
+
+// Merge the key ranges of a split decode (see merge_splits_kernel): partial [B, H_kv, splits,
+// G, D] (contiguous, q's dtype), lse [B, H_kv, splits, G] float32 (contiguous), into out
+// [B, H_kv * G, 1, D] (any strides with a contiguous last dimension).
+void merge_attention_splits(torch::Tensor partial, torch::Tensor lse, torch::Tensor out) {
+  attn::check_cuda_tensor(partial, "partial");
+  attn::check_cuda_tensor(lse, "lse");
+  attn::check_cuda_tensor(out, "out");
+  check_float_dtype(partial, "partial");
+  attn::check_same(partial, "partial", out, "out");
+  TORCH_CHECK_TYPE(lse.scalar_type() == torch::kFloat32, attn::str("lse must be float32 but has dtype ",
+                   lse.scalar_type(), "."));
+  attn::check_dim(partial, "partial", 5, "[batch, kv_heads, splits, group, head_dim]");
+  attn::check_dim(lse, "lse", 4, "[batch, kv_heads, splits, group]");
+  attn::check_dim(out, "out", 4, "[batch, heads, 1, head_dim]");
+  TORCH_CHECK_VALUE(partial.is_contiguous() && lse.is_contiguous(), attn::str("partial and lse must be contiguous."));
+  const int64_t batch = partial.size(0), heads_kv = partial.size(1), splits = partial.size(2);
+  const int64_t group = partial.size(3), head_dim = partial.size(4);
+  TORCH_CHECK_VALUE(lse.sizes() == partial.sizes().slice(0, 4), attn::str("lse has shape ", lse.sizes(),
+                    " but partial is ", partial.sizes(), "."));
+  TORCH_CHECK_VALUE(out.size(0) == batch && out.size(1) == heads_kv * group && out.size(2) == 1 &&
+                    out.size(3) == head_dim, attn::str("out has shape ", out.sizes(), " but must be [", batch,
+                    ", ", heads_kv * group, ", 1, ", head_dim, "]."));
+  TORCH_CHECK_VALUE(splits >= 1 && splits <= MAX_SPLITS && head_dim <= MAX_HEAD_DIM,
+                    attn::str("splits must be in [1, ", MAX_SPLITS, "] and head_dim at most ", MAX_HEAD_DIM, "."));
+  check_last_dim_contiguous(out, "out");
+  c10::cuda::CUDAGuard guard(out.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const unsigned blocks = static_cast<unsigned>(batch * heads_kv * group);
+  auto launch = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    MergeParams<T> p{reinterpret_cast<const T*>(partial.data_ptr()), lse.data_ptr<float>(),
+                     reinterpret_cast<T*>(out.data_ptr()), out.stride(0), out.stride(1),
+                     static_cast<int>(heads_kv * group), static_cast<int>(group),
+                     static_cast<int>(splits), static_cast<int>(head_dim)};
+    merge_splits_kernel<T><<<blocks, MAX_HEAD_DIM, 0, stream>>>(p);
+  };
+  switch (out.scalar_type()) {
+    case torch::kFloat32: launch(static_cast<float*>(nullptr)); break;
+    case torch::kFloat16: launch(static_cast<__half*>(nullptr)); break;
+    default: launch(static_cast<__nv_bfloat16*>(nullptr)); break;
+  }
+  attn::check_launch("merge_splits_kernel");
 }
