@@ -82,6 +82,50 @@ KERNEL_SECTION = Section(
                   _kernel_rows()),),
     sources=("task4.fp32", "task4.mma"), where="beyond")
 
+# --- attention variants (task4/variants_checks.py) --------------------------------------------
+
+def variant_prefix(case: str) -> str:
+    """task4.variants.fp16.<case>: window<W>_s<S>, stride<N>_s<S>, dense_<b_h_s_d>.<mask>."""
+    return f"task4.variants.fp16.{case}"
+
+
+WINDOW_CASE = "window4096_s16384"          # B 1, H 32, S 16384, D 128, window 4096
+STRIDE_CASES = tuple(f"stride{n}_s4096" for n in (2, 4, 8))   # B 1, H 16, S 4096, D 64
+DENSE_CASES = ("dense_b4_h32_s4096_d128", "dense_b8_h32_s2048_d64")
+
+
+def _dense_rows() -> tuple[Row, ...]:
+    return tuple(Row((case.removeprefix("dense_"), mask,
+                      Metric(f"{variant_prefix(case)}.{mask}.tflops", "{:.0f}"),
+                      Metric(f"{variant_prefix(case)}.{mask}.before_tflops", "{:.0f}"),
+                      Metric(f"{variant_prefix(case)}.{mask}.ratio_vs_before", "{:.3f}")),
+                     when=f"{variant_prefix(case)}.{mask}")
+                 for case in DENSE_CASES for mask in MASKS)
+
+
+VARIANTS_SECTION = Section(
+    "Attention variants on the prefill kernels (fp16)",
+    intro=("One predicate (common/csrc/attention_mask.cuh) serves GQA, S_q != S_k, sliding windows, "
+           "strides, mask tensors and key lengths; correctness of every pattern is checked against "
+           "float64 by FlashAttention-2's criterion (`python -m task4.test --variants`). "
+           "Sliding window 4096 at S 16384 (B 1, H 32, D 128), causal: ",
+           Metric(f"{variant_prefix(WINDOW_CASE)}.ms", "{:.2f}"), " ms against ",
+           Metric(f"{variant_prefix(WINDOW_CASE)}.dense_causal_ms", "{:.2f}"),
+           " ms dense causal, a speedup of ",
+           Metric(f"{variant_prefix(WINDOW_CASE)}.speedup_vs_dense_causal", suffix="x"),
+           " (the visible (query, key) pairs alone allow ",
+           Metric(f"{variant_prefix(WINDOW_CASE)}.work_ratio", suffix="x"), ")."),
+    blocks=(Table(("strided, causal (B 1, H 16, S 4096, D 64)", "ours ms (dense classes)",
+                   "ours ms (per-element predicate)", "SDPA + materialised mask ms", "speedup"),
+                  tuple(Row((case.split("_")[0], Metric(f"{variant_prefix(case)}.ms", "{:.3f}"),
+                             Metric(f"{variant_prefix(case)}.predicate_ms", "{:.3f}"),
+                             Metric(f"{variant_prefix(case)}.sdpa_mask_ms", "{:.3f}"),
+                             Metric(f"{variant_prefix(case)}.speedup_vs_sdpa_mask", suffix="x")),
+                            when=variant_prefix(case)) for case in STRIDE_CASES)),
+            Table(("dense shape", "mask", "TFLOP/s now", "TFLOP/s before the variants",
+                   "ratio (same run, alternating)"), _dense_rows())),
+    sources=("task4.variants",), where="beyond")
+
 MANIFEST = TaskManifest(
     task=4, points=4, needs_gpu=True,
     parts=(Part(("course", "shapes"), 2),),
@@ -90,5 +134,5 @@ MANIFEST = TaskManifest(
     shown=tuple(Metric(speedup(mask, shape), suffix="x",
                        label=f"{'c' if mask == 'causal' else 'nc'} {label.strip('()').replace(', ', 'x')}")
                 for shape, label in COURSE_SHAPES for mask in MASKS),
-    sections=(COURSE_SECTION, KERNEL_SECTION),
+    sections=(COURSE_SECTION, KERNEL_SECTION, VARIANTS_SECTION),
     cpu_note="its kernel is CUDA")

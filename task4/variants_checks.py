@@ -36,6 +36,7 @@ from common.timing import attention_flops, tflops, time_cuda
 from common.variants import Variant, check_variant, keep_mask
 from task4 import attention as attention_module
 from task4.attention import flash_attention
+from task4.manifest import STRIDE_CASES, WINDOW_CASE, variant_prefix
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Logits in the hundreds: q and k scaled by this give q.k / sqrt(D) a spread of about 100.
@@ -278,7 +279,8 @@ def strided_group(args=None):
                 q, k, v, True, stride=st), inputs=sets).median_ms
         sdpa_ms = time_cuda(lambda q, k, v, m=keep: F.scaled_dot_product_attention(
             q, k, v, attn_mask=m), inputs=sets).median_ms
-        key = f"task4.variants.fp16.stride{stride}_s{s}"
+        key = variant_prefix(f"stride{stride}_s{s}")
+        assert f"stride{stride}_s{s}" in STRIDE_CASES, "STRIDES and the manifest agree"
         metrics.update({f"{key}.ms": ours_ms, f"{key}.sdpa_mask_ms": sdpa_ms,
                         f"{key}.predicate_ms": predicate_ms,
                         f"{key}.speedup_vs_sdpa_mask": sdpa_ms / ours_ms})
@@ -327,7 +329,8 @@ def variants_bench_group(args=None):
                           inputs=sets).median_ms
     visible = w * (w + 1) / 2 + (s - w) * w            # (query, key) pairs per head
     bound = (s * (s + 1) / 2) / visible                # the speedup if cost ~ visible pairs
-    key = f"task4.variants.fp16.window{w}_s{s}"
+    key = variant_prefix(WINDOW_CASE)
+    assert WINDOW_CASE == f"window{w}_s{s}", "WINDOW_BENCH and the manifest agree"
     speedup = dense_ms / window_ms
     metrics.update({f"{key}.ms": window_ms, f"{key}.dense_causal_ms": dense_ms,
                     f"{key}.speedup_vs_dense_causal": speedup,
@@ -348,7 +351,7 @@ def variants_bench_group(args=None):
         for causal in (False, True):
             mask_name = "causal" if causal else "noncausal"
             flops = attention_flops(b, h, s, s, d, causal=causal)
-            key = f"task4.variants.fp16.{label}.{mask_name}"
+            key = f"{variant_prefix(label)}.{mask_name}"
 
             def now_fn(q, k, v, c=causal):
                 return flash_attention(q, k, v, c)

@@ -38,8 +38,26 @@ DECODE_SECTION = Section(
                                                  "b16_h32_ctx2048_d128"))),),
     sources=("task5.decode", "task5.copy"), where="beyond")
 
+GQA_CASE = "task5.gqa.fp16.b1_hq32_hkv4_ctx32768_d128"   # the grouped-query decode benchmark
+
+GQA_SECTION = Section(
+    "Grouped-query decode (fp16, B 1, 32 query heads over 4 KV heads, ctx 32768, D 128)",
+    intro=("Timed as CUDA-graph replays, caches rotated (bigger than L2). bw fraction = KV bytes "
+           "read once per second / the copy bandwidth of the same run (",
+           Metric(f"{GQA_CASE}.copy_gbps", "{:.0f}"), " GB/s); ratio = best SDPA (enable_gqa=True) "
+           "time / ours.",),
+    blocks=(Table(("path", "us", "GB/s", "bw fraction", "best SDPA us", "ratio vs SDPA"),
+                  (Row(("tensor cores (query heads as rows, split KV)",
+                        Metric(f"{GQA_CASE}.us", "{:.1f}"), Metric(f"{GQA_CASE}.gbps", "{:.0f}"),
+                        Metric(f"{GQA_CASE}.bw_fraction"),
+                        Metric(f"{GQA_CASE}.sdpa_best_us", "{:.1f}"),
+                        Metric(f"{GQA_CASE}.ratio_vs_sdpa_best", suffix="x")), when=GQA_CASE),
+                   Row(("CUDA cores (grouped kernel)", Metric(f"{GQA_CASE}.cuda_core_us", "{:.1f}"),
+                        "", "", "", ""), when=f"{GQA_CASE}.cuda_core_us"))),),
+    sources=("task5.gqa",), where="beyond")
+
 MANIFEST = TaskManifest(
     task=5, points=4, needs_gpu=True, parts=(Part(("course", "kernels"), 4),),
     shown=(Metric(TTFT_SPEEDUP, suffix="x", label="TTFT"), Metric(TBT_SPEEDUP, suffix="x", label="TBT")),
-    sections=(COURSE_SECTION, DECODE_SECTION),
+    sections=(COURSE_SECTION, DECODE_SECTION, GQA_SECTION),
     cpu_note="its kernels are CUDA")
