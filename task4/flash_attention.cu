@@ -557,8 +557,8 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
   const int kv_group = attn::kv_group_size(q, k);
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
   TORCH_CHECK_VALUE(k.size(2) <= INT32_MAX / 2, attn::str("seq_k ", k.size(2), " must fit in 31 bits."));
-  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim <= 128, attn::str("head_dim is ", head_dim,
-                    " but this kernel takes a multiple of 8 up to 128."));
+  attn::check_head_dim(head_dim);
+  static_assert(attn::kMaxHeadDim <= 128, "choice_for_head_dim pads head dims up to 128");
   TORCH_CHECK_VALUE(batch * heads <= INT32_MAX && seq <= INT32_MAX,
                     attn::str("batch * heads (", batch * heads, ") and seq (", seq,
                     ") must each fit in 32 bits."));

@@ -102,11 +102,8 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   const int kv_group = attn::kv_group_size(q, k);
   const int64_t batch = q.size(0), heads = q.size(1), seq = std::max(q.size(2), k.size(2));
   const int64_t head_dim = q.size(3);
-  TORCH_CHECK_VALUE(head_dim <= 128, attn::str("head_dim ", head_dim, " is larger than 128, the widest "
-                    "tile of this kernel; split the heads or use torch's "
-                    "scaled_dot_product_attention."));
-  TORCH_CHECK_VALUE(head_dim % 8 == 0, attn::str("head_dim ", head_dim, " is not a multiple of 8: rows "
-                    "are copied in 16-byte pieces; pad head_dim to a multiple of 8."));
+  attn::check_head_dim(head_dim);
+  static_assert(attn::kMaxHeadDim <= 128, "the dispatch below instantiates head dims up to 128");
   TORCH_CHECK_VALUE(seq <= INT_MAX / 2 && heads <= INT_MAX, attn::str("seq ", seq, " or heads ", heads,
                     " is too large for this kernel's 32-bit row indices."));
   check_row_layout(q, "q");

@@ -32,10 +32,10 @@
 // captured step replays correctly as they are incremented; every kernel clamps them on the
 // device so that no value can make it read or write out of bounds.
 //
-// Measured on the H100 80GB HBM3, torch 2.11 + CUDA 13.0 (results/h100.json, commit e831033; Results.md), fp16:
-//   B 1, H 32, D 128, ctx 32768: 2860 GB/s of K+V = 0.95 of the copy bandwidth (3000 GB/s);
-//   B 16, ctx 2048: 2995 GB/s, 1.03x the best SDPA backend; B 1, ctx 4096: 1867 GB/s (0.92x SDPA; short contexts are where
-//   the split heuristic has been tuned least).
+// Beyond the course, section 3 below: grouped-query decode with every attention variant.
+//
+// Measured speed (GB/s, the fraction of copy bandwidth, against SDPA): Results.md, rendered
+// from results/<gpu>.json.
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -55,7 +55,7 @@
 
 namespace {
 
-constexpr int MAX_HEAD_DIM = 128;     // registers and shared memory are sized for it
+constexpr int MAX_HEAD_DIM = attn::kMaxHeadDim;  // registers and shared memory are sized for it (common/limits.py)
 constexpr int WARP_SIZE = 32;
 constexpr int WARPS_PER_BLOCK = 4;
 constexpr int THREADS_PER_BLOCK = WARPS_PER_BLOCK * WARP_SIZE;
@@ -1211,9 +1211,7 @@ torch::Tensor decode_attention_bhsd(torch::Tensor q, torch::Tensor k, torch::Ten
                     ": batch, heads and head_dim must agree."));
   attn::check_nonempty(q, "q");
   attn::check_nonempty(k, "k");
-  TORCH_CHECK_VALUE(q.size(3) <= MAX_HEAD_DIM, attn::str("head_dim ", q.size(3), " exceeds ", MAX_HEAD_DIM,
-                    ", the largest this kernel supports (its registers and shared memory are "
-                    "sized for it)."));
+  attn::check_head_dim(q.size(3));
   check_last_dim_contiguous(q, "q");
   check_last_dim_contiguous(k, "k");
   check_last_dim_contiguous(v, "v");
@@ -1328,8 +1326,7 @@ torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::
   attn::check_nonempty(q, "q");
   attn::check_nonempty(k, "k");
   const int group = attn::kv_group_size(q, k);
-  TORCH_CHECK_VALUE(q.size(3) <= MAX_HEAD_DIM && q.size(3) % 8 == 0, attn::str("head_dim ", q.size(3),
-                    " must be a multiple of 8 up to ", MAX_HEAD_DIM, "."));
+  attn::check_head_dim(q.size(3));
   TORCH_CHECK_VALUE(q.size(0) * k.size(1) * attn::ceil_div(group, 8) <= std::numeric_limits<int32_t>::max()
                     && k.size(2) <= std::numeric_limits<int32_t>::max() / 2,
                     attn::str("batch * kv_heads and seq must fit in 31 bits."));

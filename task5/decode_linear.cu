@@ -5,9 +5,9 @@
 // The idea. A decode step multiplies a handful of token vectors (batch 4: M = 4 rows) by every
 // weight matrix of the model. Each weight element is used M times per load, so the step is
 // bound by reading the weights once, and the whole game is to stream W at the memory
-// bandwidth. cuBLAS does not, at M = 4: in task 6's profile its fp32 kernel (gemmSN_TN)
-// streamed weights at about 2.3 TB/s and its bf16 kernels at about 2.6 TB/s, against a copy
-// bandwidth of about 3.0 TB/s (read + write). This kernel:
+// bandwidth. cuBLAS does not, at M = 4: in task 6's profile its fp32 kernel (gemmSN_TN) and
+// its bf16 kernels streamed the weights well below the copy bandwidth (the figures, measured
+// beside this kernel's, are in Results.md). This kernel:
 //   * gives each warp kRowsPerWarp rows of W (output features); its 32 lanes walk along K
 //     with 16-byte loads (4 fp32 or 8 fp16/bf16), a warp reading 512 contiguous bytes of a
 //     row per step, 4 steps unrolled so that many loads are in flight; W is read once, with
@@ -17,15 +17,13 @@
 //   * accumulates in fp32, reduces each (row, m) over the warp with shuffles, and adds the
 //     bias and the residual in the epilogue (one kernel instead of a GEMM and two adds).
 // No shared memory and no barrier: a first version staged x in shared memory chunk by chunk,
-// and its barriers stalled the weight stream (fp32 2.4 TB/s, bf16 2.0 TB/s on [4 x 4096] @
-// [32768 x 4096]^T on the H100, below cuBLAS in bf16; results/logs/h100_decode_linear_v1.log).
+// and its barriers stalled the weight stream (below cuBLAS in bf16 on the H100; the log of
+// that run is results/logs/h100_decode_linear_v1.log).
 // Tile shape: 4 warps x 4 rows = 16 output features per block: N = 4096 gives 256 blocks, two
 // per SM, all resident at once.
 //
-// Measured on the H100 80GB HBM3, torch 2.11 + CUDA 13.0 (results/h100.json, commit e831033; Results.md),
-// GB/s of weights read: [4 x 4096] @ [32768 x 4096]^T fp32 2690 (cuBLAS 2130), bf16 2648
-// (cuBLAS 2222); [4 x 16384] @ [4096 x 16384]^T fp32 2282 (cuBLAS 1871), bf16 2225 (cuBLAS 1820).
-// Task 6's decode step: TBT 11.36 ms fp32 (1.31x the weight-read time), 6.27 ms bf16 (1.44x).
+// Measured speed (GB/s of weights read, against cuBLAS; task 6's TBT against its roofline):
+// Results.md, rendered from results/<gpu>.json.
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -108,4 +108,20 @@ inline void check_launch(const char* kernel) {
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// The kernels' head_dim limits: defined once, in common/limits.py, and passed to every build
+// by common.build as -D defines (the Python side imports the same module).
+#if !defined(ATTN_MAX_HEAD_DIM) || !defined(ATTN_HEAD_DIM_MULTIPLE)
+#error "ATTN_MAX_HEAD_DIM / ATTN_HEAD_DIM_MULTIPLE are undefined: build through common.build (python -m taskN.compile), which passes common/limits.py's values"
+#endif
+constexpr int kMaxHeadDim = ATTN_MAX_HEAD_DIM;
+constexpr int kHeadDimMultiple = ATTN_HEAD_DIM_MULTIPLE;
+
+inline void check_head_dim(int64_t head_dim) {
+  TORCH_CHECK_VALUE(head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % kHeadDimMultiple == 0,
+                    attn::str("head_dim ", head_dim, " is not supported: the kernels take a multiple of ",
+                    kHeadDimMultiple, " up to ", kMaxHeadDim, " (registers and shared memory are sized "
+                    "for ", kMaxHeadDim, "; rows move in 16-byte pieces); split the heads, pad "
+                    "head_dim, or use torch's scaled_dot_product_attention."));
+}
+
 }  // namespace attn

@@ -3,8 +3,8 @@
     python -m common.tools.sanitize                         # tasks 2, 4, 5 x memcheck, racecheck
     python -m common.tools.sanitize --tasks 4 --tools memcheck,racecheck,synccheck
 
-Each task's `small` group (tiny shapes, every dtype and mask, no timing) runs under each
-tool. memcheck runs with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+Each task's `small` group (tiny shapes, every dtype and mask, no timing), and for tasks 4
+and 5 the small groups of the attention variants, run under each tool. memcheck runs with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
 so an out-of-bounds access past a tensor's end lands outside any allocation and is caught.
 The tools' summaries go to results/sanitizer_<gpu>.txt and the error counts into
 results/<gpu>.json (sanitizer.taskN.<tool>.errors); exit 1 if any tool found an error or a
@@ -26,6 +26,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# Beside each task's `small` group, the tiny cases of its attention-variant kernels.
+SMALL_VARIANT_GROUPS = {4: ("--variants-small",), 5: ("--gqa-small",)}
+
+
 def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, float]:
     """(error count or None if the run itself failed, the tool's summary, seconds)."""
     env = dict(os.environ)
@@ -34,7 +38,8 @@ def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, floa
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.txt"
         cmd = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=99", f"--log-file={log}",
-               sys.executable, "-m", f"task{task}.test", "--small", "--no-record"]
+               sys.executable, "-m", f"task{task}.test", "--small", *SMALL_VARIANT_GROUPS.get(task, ()),
+               "--no-record"]
         start = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
