@@ -79,7 +79,7 @@ def render_section(v: View, section: Section) -> str:
         elif isinstance(block, Table):
             rows = [[_cell(v, c) for c in row.cells] for row in block.rows
                     if not row.when or v.has(row.when)]
-            out.append(_table(block.header, rows) if rows else BLANK)
+            out.append((_table(block.header, rows) if rows else BLANK) + "\n")
     return "\n".join(out)
 
 
