@@ -56,6 +56,15 @@ def device_problem(requested: str | None) -> str | None:
     return None
 
 
+def cuda_or_failure(group: str, args) -> tuple[torch.device | None, list[Check]]:
+    """(the CUDA device, []) for a group of GPU checks, or (None, [one failing check]) when
+    the run is on a CPU: a GPU group reports instead of raising."""
+    device = pick_device(getattr(args, "device", None))
+    if device.type != "cuda":
+        return None, [Check(group, False, "needs a CUDA GPU; none is in use here")]
+    return device, []
+
+
 @contextlib.contextmanager
 def env_setting(name: str, value: str | None):
     """Set environment variable `name` to `value` inside the block, then restore it; None

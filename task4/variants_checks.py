@@ -31,7 +31,7 @@ import statistics
 import torch
 
 from common.checks import Check, check_raises, random_qkv
-from common.harness import fresh_generator, pick_device
+from common.harness import cuda_or_failure, fresh_generator
 from common.timing import attention_flops, tflops, time_cuda
 from common.variants import Variant, check_variant, keep_mask
 from task4 import attention as attention_module
@@ -169,7 +169,9 @@ def _sweep_checks(cases, dtypes, gen, device) -> list[Check]:
 
 def variants_small_group(args=None):
     """One tiny case of every pattern in each dtype (what compute-sanitizer runs)."""
-    device = pick_device(getattr(args, "device", None))
+    device, failed = cuda_or_failure("variants-small", args)
+    if failed:
+        return failed, {}
     gen, _ = fresh_generator(getattr(args, "seed", None), device)
     small = [(2, 4, 2, 17, 33, 64, p, "") for p in
              ("causal", "full", "window5", "stride3", "mask-bool", "mask-float", "lengths",
@@ -178,14 +180,18 @@ def variants_small_group(args=None):
 
 
 def variants_group(args=None):
-    device = pick_device(getattr(args, "device", None))
+    device, failed = cuda_or_failure("variants", args)
+    if failed:
+        return failed, {}
     gen, _ = fresh_generator(getattr(args, "seed", None), device)
     return _sweep_checks(SWEEP, DTYPES, gen, device), {}
 
 
 def variants_inputs_group(args=None):
     """Bad descriptions raise ValueError/TypeError with a sentence naming what is wrong."""
-    device = pick_device(getattr(args, "device", None))
+    device, failed = cuda_or_failure("variants-inputs", args)
+    if failed:
+        return failed, {}
     strict = (ValueError, TypeError)
     checks = []
     for dname in ("fp32", "fp16"):
@@ -253,7 +259,9 @@ def strided_group(args=None):
     """The strided-attention task: naive reference, our kernel against it, SDPA + mask."""
     import torch.nn.functional as F
 
-    device = pick_device(getattr(args, "device", None))
+    device, failed = cuda_or_failure("strided", args)
+    if failed:
+        return failed, {}
     gen, _ = fresh_generator(getattr(args, "seed", None), device)
     checks, metrics = [], {}
     # Our kernel against the naive version (and both against float64 by FA-2's criterion).
@@ -318,7 +326,9 @@ def _before_extension():
 
 
 def variants_bench_group(args=None):
-    device = pick_device(getattr(args, "device", None))
+    device, failed = cuda_or_failure("variants-bench", args)
+    if failed:
+        return failed, {}
     gen, _ = fresh_generator(getattr(args, "seed", None), device)
     checks, metrics = [], {}
     # Sliding window against dense causal, same shape, same run.

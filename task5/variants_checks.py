@@ -24,7 +24,7 @@ import torch
 
 from common.checks import Check, check_raises
 from common.graphs import graph_time_per_call_ms
-from common.harness import fresh_generator, pick_device
+from common.harness import cuda_or_failure, fresh_generator
 from common.timing import measure_copy_bandwidth
 from common.variants import Variant, check_variant
 from task5 import attention as attention_module
@@ -104,7 +104,9 @@ def _sweep(cases, gen, device, splits=SPLITS) -> list[Check]:
 
 
 def gqa_small_group(args=None):
-    device = pick_device(getattr(args, "device", None))
+    device, failed = cuda_or_failure("gqa-small", args)
+    if failed:
+        return failed, {}
     gen, _ = fresh_generator(getattr(args, "seed", None), device)
     small = [(2, 4, 2, 37, 64, p, "") for p in ("causal", "window", "stride", "mask-bool",
                                                  "mask-float", "lengths", "left")]
@@ -112,7 +114,9 @@ def gqa_small_group(args=None):
 
 
 def gqa_group(args=None):
-    device = pick_device(getattr(args, "device", None))
+    device, failed = cuda_or_failure("gqa", args)
+    if failed:
+        return failed, {}
     gen, _ = fresh_generator(getattr(args, "seed", None), device)
     checks = _sweep(SWEEP, gen, device)
     strict = (ValueError, TypeError)
@@ -155,7 +159,9 @@ def gqa_bench_group(args=None):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    device = pick_device(getattr(args, "device", None))
+    device, failed = cuda_or_failure("gqa-bench", args)
+    if failed:
+        return failed, {}
     gen, _ = fresh_generator(getattr(args, "seed", None), device)
     b, hq, hkv, ctx, d = GQA_BENCH
     dtype = torch.float16

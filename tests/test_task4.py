@@ -38,11 +38,15 @@ class FakeExtension:
     def __init__(self):
         self.calls: list[str] = []
 
-    def flash_attention_fp32(self, q, k, v, causal=False, out=None):
+    # The variant arguments (window, stride, mask, key_lengths, left_padding) of the real
+    # entries are taken and must be the defaults here: these tests are about dense attention.
+    def flash_attention_fp32(self, q, k, v, causal=False, out=None, *variant):
+        assert variant in ((), (None, 1, None, None, False))
         self.calls.append("fp32")
         return _attention_into(q, k, v, causal, out)
 
-    def flash_attention_mma(self, q, k, v, causal=False, out=None):
+    def flash_attention_mma(self, q, k, v, causal=False, out=None, *variant):
+        assert variant in ((), (None, 1, None, None, False))
         self.calls.append("mma")
         return _attention_into(q, k, v, causal, out)
 
@@ -123,7 +127,8 @@ def test_other_runtime_errors_pass_through(monkeypatch):
 
 def test_groups_and_course_metric_names():
     assert list(task4_test.GROUPS) == ["small", "inputs", "shapes", "course", "kernel", "mma",
-                                       "mma-bench"]
+                                       "mma-bench", "variants-small", "variants",
+                                       "variants-inputs", "strided", "variants-bench"]
     names = {f"task4.speedup.{c.mask}.{c.label}" for c in task4_test.COURSE_CASES}
     assert names == set(task4_test.SPEEDUP_METRICS) == {
         "task4.speedup.noncausal.b4_s128", "task4.speedup.noncausal.b64_s4096",

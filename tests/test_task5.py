@@ -20,7 +20,8 @@ def test_module_imports_without_building_the_extension():
     for name in ("update_kv_cache", "decode_attention", "decode_attention_bhsd",
                  "allocate_kv_cache", "choose_num_splits", "CustomFlashAttention"):
         assert callable(getattr(attention, name))
-    assert set(task5_test.GROUPS) == {"kernels", "inputs", "small", "course", "decode"}
+    assert set(task5_test.GROUPS) == {"kernels", "inputs", "small", "course", "decode",
+                                      "gqa-small", "gqa", "gqa-bench"}
 
 
 def test_split_heuristic_fills_the_gpu_without_tiny_splits():
