@@ -56,13 +56,15 @@ def device_problem(requested: str | None) -> str | None:
     return None
 
 
-def cuda_or_failure(group: str, args) -> tuple[torch.device | None, list[Check]]:
-    """(the CUDA device, []) for a group of GPU checks, or (None, [one failing check]) when
-    the run is on a CPU: a GPU group reports instead of raising."""
+def gpu_group(group: str, args) -> tuple[torch.device | None, torch.Generator | None, list[Check]]:
+    """The start of a group of GPU checks: (the CUDA device, a fresh generator (--seed
+    reproduces), []), or (None, None, [one failing check]) when the run is on a CPU, so that
+    the group reports instead of raising."""
     device = pick_device(getattr(args, "device", None))
     if device.type != "cuda":
-        return None, [Check(group, False, "needs a CUDA GPU; none is in use here")]
-    return device, []
+        return None, None, [Check(group, False, "needs a CUDA GPU; none is in use here")]
+    gen, _ = fresh_generator(getattr(args, "seed", None), device)
+    return device, gen, []
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ import statistics
 import torch
 
 from common.checks import Check, check_raises, random_qkv
-from common.harness import cuda_or_failure, fresh_generator
+from common.harness import gpu_group
 from common.timing import attention_flops, tflops, time_cuda
 from common.variants import Variant, check_variant, keep_mask
 from task4 import attention as attention_module
@@ -169,10 +169,9 @@ def _sweep_checks(cases, dtypes, gen, device) -> list[Check]:
 
 def variants_small_group(args=None):
     """One tiny case of every pattern in each dtype (what compute-sanitizer runs)."""
-    device, failed = cuda_or_failure("variants-small", args)
+    device, gen, failed = gpu_group("variants-small", args)
     if failed:
         return failed, {}
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
     small = [(2, 4, 2, 17, 33, 64, p, "") for p in
              ("causal", "full", "window5", "stride3", "mask-bool", "mask-float", "lengths",
               "left-window4")] + [(1, 4, 1, 5, 70, 128, "causal", ""), (1, 2, 2, 1, 1, 8, "full", "")]
@@ -180,16 +179,15 @@ def variants_small_group(args=None):
 
 
 def variants_group(args=None):
-    device, failed = cuda_or_failure("variants", args)
+    device, gen, failed = gpu_group("variants", args)
     if failed:
         return failed, {}
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
     return _sweep_checks(SWEEP, DTYPES, gen, device), {}
 
 
 def variants_inputs_group(args=None):
     """Bad descriptions raise ValueError/TypeError with a sentence naming what is wrong."""
-    device, failed = cuda_or_failure("variants-inputs", args)
+    device, _, failed = gpu_group("variants-inputs", args)
     if failed:
         return failed, {}
     strict = (ValueError, TypeError)
@@ -259,10 +257,9 @@ def strided_group(args=None):
     """The strided-attention task: naive reference, our kernel against it, SDPA + mask."""
     import torch.nn.functional as F
 
-    device, failed = cuda_or_failure("strided", args)
+    device, gen, failed = gpu_group("strided", args)
     if failed:
         return failed, {}
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
     checks, metrics = [], {}
     # Our kernel against the naive version (and both against float64 by FA-2's criterion).
     for stride in (1, 2, 3, 5, 8):
@@ -326,10 +323,9 @@ def _before_extension():
 
 
 def variants_bench_group(args=None):
-    device, failed = cuda_or_failure("variants-bench", args)
+    device, gen, failed = gpu_group("variants-bench", args)
     if failed:
         return failed, {}
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
     checks, metrics = [], {}
     # Sliding window against dense causal, same shape, same run.
     b, h, s, d, w = WINDOW_BENCH

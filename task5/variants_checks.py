@@ -24,7 +24,7 @@ import torch
 
 from common.checks import Check, check_raises
 from common.graphs import graph_time_per_call_ms
-from common.harness import cuda_or_failure, fresh_generator
+from common.harness import gpu_group
 from common.timing import measure_copy_bandwidth
 from common.variants import Variant, check_variant
 from task5 import attention as attention_module
@@ -104,20 +104,18 @@ def _sweep(cases, gen, device, splits=SPLITS) -> list[Check]:
 
 
 def gqa_small_group(args=None):
-    device, failed = cuda_or_failure("gqa-small", args)
+    device, gen, failed = gpu_group("gqa-small", args)
     if failed:
         return failed, {}
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
     small = [(2, 4, 2, 37, 64, p, "") for p in ("causal", "window", "stride", "mask-bool",
                                                  "mask-float", "lengths", "left")]
     return _sweep(small + [(1, 8, 1, 5, 128, "full", "")], gen, device, splits=(1, 3)), {}
 
 
 def gqa_group(args=None):
-    device, failed = cuda_or_failure("gqa", args)
+    device, gen, failed = gpu_group("gqa", args)
     if failed:
         return failed, {}
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
     checks = _sweep(SWEEP, gen, device)
     strict = (ValueError, TypeError)
     q, k, v = _inputs(2, 8, 4, 64, 64, torch.float16, gen, device)
@@ -159,10 +157,9 @@ def gqa_bench_group(args=None):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    device, failed = cuda_or_failure("gqa-bench", args)
+    device, gen, failed = gpu_group("gqa-bench", args)
     if failed:
         return failed, {}
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
     b, hq, hkv, ctx, d = GQA_BENCH
     dtype = torch.float16
     kv_bytes = 2 * b * hkv * ctx * d * 2
