@@ -43,6 +43,7 @@ from common.checks import (
 )
 from common.harness import config_list, env_setting, fresh_generator, pick_device, task_main
 from common.timing import attention_flops, tflops, time_cuda
+from task4.manifest import mma_prefix
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 CONFIG_ENV = "ATTN_MMA_CONFIG"
@@ -90,7 +91,7 @@ def shape_label(b: int, h: int, s: int, d: int) -> str:
 
 
 def metric_prefix(dtype: str, shape: tuple[int, int, int, int], causal: bool) -> str:
-    return f"task4.mma.{dtype}.{shape_label(*shape)}.{_mask(causal)}"
+    return mma_prefix(dtype, shape_label(*shape), _mask(causal))
 
 
 parse_configs = config_list(ALL_CONFIGS)  # '0,1,2' -> [0, 1, 2], an argparse type

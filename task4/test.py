@@ -57,14 +57,13 @@ from common.mha import make_mha, merge_heads, mha_weights, reference_module_outp
 from common.timing import attention_flops, tflops, time_cuda
 from task4.attention import CustomFlashAttention, flash_attention
 from task4.compile import load
+from task4.manifest import SPEEDUP_METRICS, fp32_prefix
 from task4.variants_checks import GROUPS as VARIANT_GROUPS
 
 # --- the course protocol ------------------------------------------------------------------
 HIDDEN, HEADS, WEIGHT_SEED = 4096, 32, 41
 COURSE_CASES = [ModuleCase(4, 128, causal=False), ModuleCase(64, 4096, causal=False),
                 ModuleCase(4, 128, causal=True), ModuleCase(64, 4096, causal=True)]
-SPEEDUP_METRICS = ("task4.speedup.noncausal.b4_s128", "task4.speedup.noncausal.b64_s4096",
-                   "task4.speedup.causal.b4_s128", "task4.speedup.causal.b64_s4096")
 
 # --- the fp32 kernel ----------------------------------------------------------------------
 CONFIG_ENV = "ATTN_FP32_CONFIG"
@@ -353,7 +352,7 @@ def _time_fp32_against_sdpa(ext, q, k, v, causal: bool, configs, opts) -> tuple[
 
     b, h, s, d = q.shape
     label, mask = f"b{b}_h{h}_s{s}_d{d}", _mask(causal)
-    prefix = f"task4.fp32.{label}.{mask}"
+    prefix = fp32_prefix(label, mask)
     flops = attention_flops(b, h, s, s, d, causal)
     heads = [(0, 0), (b - 1, h - 1)]  # the first and the last (batch, head) of the grid
     refs = [reference_attention(q[i, j], k[i, j], v[i, j], causal) for i, j in heads]

@@ -43,7 +43,7 @@ from functools import cache
 import torch
 from torch import nn
 
-MAX_HEAD_DIM = 128
+from common.limits import check_head_dim
 
 # Split-KV heuristic (choose_num_splits). A decode block is 4 warps and 5-6 of them fit on an
 # SM; about 2 per SM already keep enough loads in flight to saturate HBM. So: split only until
@@ -333,9 +333,7 @@ class CustomFlashAttention(nn.Module):
         super().__init__()
         if num_heads <= 0 or hidden_dim % num_heads != 0:
             raise ValueError(f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}.")
-        if hidden_dim // num_heads > MAX_HEAD_DIM:
-            raise ValueError(f"head_dim {hidden_dim // num_heads} exceeds {MAX_HEAD_DIM}, the "
-                             "largest the kernels support; use more heads.")
+        check_head_dim(hidden_dim // num_heads, "use more heads")
         self.w_q, self.w_k, self.w_v, self.w_o = w_q, w_k, w_v, w_o
         self.b_q, self.b_k, self.b_v, self.b_o = b_q, b_k, b_v, b_o
         self.hidden_dim = hidden_dim

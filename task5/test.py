@@ -57,6 +57,7 @@ from task5.attention import (
     decode_attention_bhsd,
     update_kv_cache,
 )
+from task5.manifest import COPY_GBPS, TBT_SPEEDUP, TTFT_SPEEDUP, decode_prefix
 from task5.variants_checks import GROUPS as VARIANT_GROUPS
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -597,7 +598,7 @@ def course_group(args=None):
                                               causal=True), warmup=2, repeats=10).median_ms
             t_mha = time_cuda(lambda: mha_forward(mha, prompt, True), warmup=2,
                               repeats=10).median_ms
-            metrics.update({"task5.speedup.ttft": t_mha / t_ours, "task5.ttft_ms": t_ours,
+            metrics.update({TTFT_SPEEDUP: t_mha / t_ours, "task5.ttft_ms": t_ours,
                             "task5.mha_ttft_ms": t_mha})
             checks.append(Check(f"TTFT (prefill of {PROMPT} tokens)", True,
                                 f"ours {t_ours:.2f} ms, nn.MultiheadAttention {t_mha:.2f} ms, "
@@ -614,7 +615,7 @@ def course_group(args=None):
                 mha_tbt.append(time_cuda(lambda pos=pos: mha_forward(mha, x[:, :pos + 1], True),
                                          warmup=2, repeats=10).median_ms)
             tbt, base_tbt = sum(ours_tbt) / len(ours_tbt), sum(mha_tbt) / len(mha_tbt)
-            metrics.update({"task5.speedup.tbt": base_tbt / tbt, "task5.tbt_ms": tbt,
+            metrics.update({TBT_SPEEDUP: base_tbt / tbt, "task5.tbt_ms": tbt,
                             "task5.mha_tbt_ms": base_tbt})
             checks.append(Check("TBT (one decode step, mean of the medians at 3 positions)", True,
                                 f"ours {tbt:.3f} ms, nn.MultiheadAttention over the whole "
@@ -651,7 +652,7 @@ def decode_group(args=None):
     checks: list[Check] = []
     metrics: dict[str, float] = {}
     copy_gbps = measure_copy_bandwidth()
-    metrics["task5.copy_gbps"] = copy_gbps
+    metrics[COPY_GBPS] = copy_gbps
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     print(f"[task5] decode: fp16, device copy bandwidth {copy_gbps:.0f} GB/s (read + write), "
           f"{num_sms} SMs, inputs seed {seed}")
@@ -672,7 +673,7 @@ def _decode_shape(batch, heads, ctx, head_dim, *, copy_gbps, num_sms, gen, devic
 
     dtype = torch.float16
     label = f"b{batch}_h{heads}_ctx{ctx}_d{head_dim}"
-    key = f"task5.decode.fp16.{label}"
+    key = decode_prefix("fp16", label)
     hidden = heads * head_dim
     kv_bytes = 2 * batch * ctx * heads * head_dim * 2
     n_sets = max(1, math.ceil(ROTATE_BYTES / kv_bytes))

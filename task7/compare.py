@@ -17,7 +17,7 @@ check names the first differing step and the reference's top-2 gap there.
 
 Random weights: GPT2LMHeadModel(GPT2Config()) seeded, so it runs with no network.
 On a machine without a GPU the same checks run with the PyTorch versions of the
-operations (task7/ops.py), which tests the loop and the mask handling, not the kernels.
+operations (task5/ops.py), which tests the loop and the mask handling, not the kernels.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from task7.hf_attention import NAME, set_attention, use_course_attention
 from task7.inference import KernelGPT2, generate
 from task7.inference_ref import hf_generate
 from task5.ops import ops_for
+from task7.manifest import parity
 
 PARITY_TOKENS = 50
 LOGIT_RTOL = 1e-4      # max |logit diff| allowed, relative to the largest |logit| (at least 1)
@@ -164,10 +165,10 @@ def parity_checks(model, input_ids: torch.Tensor, *, key: str, backend: str = "a
         interface_equal = interface_equal and checks[-1].passed
 
     metrics = {
-        f"task7.parity.{key}.tokens_equal": 1.0 if loop_equal else 0.0,
-        f"task7.parity.{key}.max_logit_diff": diff,
-        f"task7.parity.{key}.hf_interface_tokens_equal": 1.0 if interface_equal else 0.0,
-        f"task7.parity.{key}.cuda_graph": 1.0 if graph_used else 0.0,
+        parity(key, "tokens_equal"): 1.0 if loop_equal else 0.0,
+        parity(key, "max_logit_diff"): diff,
+        parity(key, "hf_interface_tokens_equal"): 1.0 if interface_equal else 0.0,
+        parity(key, "cuda_graph"): 1.0 if graph_used else 0.0,
     }
     return checks, metrics
 

@@ -7,7 +7,7 @@
                                          # (and gpt2 when it loads); records the parity metrics
 
 On a GPU the kernels run (task 4 and task 5 extensions, built on first use). On a CPU the
-same checks run with the PyTorch versions of the operations (task7/ops.py): that tests the
+same checks run with the PyTorch versions of the operations (task5/ops.py): that tests the
 loop, the cache indexing and the mask plans, not the kernels.
 """
 
