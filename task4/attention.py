@@ -63,11 +63,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     A query row that sees no key outputs zeros. Key tiles that no row of a query tile can
     see are never loaded, so a sliding window costs S * window, not S^2.
     """
-    if window is not None and window < 1:
-        raise ValueError(f"window must be at least 1 (a query sees itself) but is {window}; "
-                         "pass None for no window.")
-    if key_lengths is not None:
-        check_key_lengths(key_lengths, k.shape[2] if k.dim() == 4 else 0)
+    check_variant_arguments(k, window, key_lengths)
     if _strided_as_dense_classes(q, k, stride, window, mask, key_lengths):
         return _strided_by_classes(q, k, v, causal, out, stride)
     ext = _extension()
@@ -101,6 +97,17 @@ def _strided_by_classes(q, k, v, causal, out, stride):
         flash_attention(q[:, :, r::stride], k[:, :, r::stride], v[:, :, r::stride], causal,
                         out[:, :, r::stride])
     return out
+
+
+def check_variant_arguments(k: torch.Tensor, window: int | None,
+                            key_lengths: torch.Tensor | None) -> None:
+    """The Python-side checks of a variant that the extensions cannot make as clearly: a
+    window below 1, and key lengths outside [0, S_k] (the extensions check the rest)."""
+    if window is not None and window < 1:
+        raise ValueError(f"window must be at least 1 (a query sees itself) but is {window}; "
+                         "pass None for no window.")
+    if key_lengths is not None:
+        check_key_lengths(key_lengths, k.shape[2] if k.dim() == 4 else 0)
 
 
 def check_key_lengths(key_lengths: torch.Tensor, seq_k: int) -> None:

@@ -175,20 +175,16 @@ def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     q [B, H_q, 1, D]; k, v [B, H_kv, S, D] (H_q a multiple of H_kv, any strides with a
     contiguous last dimension); returns [B, H_q, 1, D], or writes `out` (that shape, any
     strides with a contiguous last dimension, e.g. a view of a [B, 1, H_q, D] buffer). The
-    query heads of one KV head share
-    one pass over its keys (grouped-query attention reads the cache once per KV head).
+    query heads of one KV head share one pass over its keys (grouped-query attention reads
+    the cache once per KV head).
     causal, window, stride, mask, key_lengths, left_padding: common/variants.py. key_lengths
     ([B] or 0-d int32 on the GPU) is read on the device, so a captured CUDA graph stays valid
     while it is incremented. num_splits: None picks it from the SM count (from S, so that a
     graph does not depend on the lengths).
     """
-    from task4.attention import check_key_lengths
+    from task4.attention import check_variant_arguments
 
-    if window is not None and window < 1:
-        raise ValueError(f"window must be at least 1 (a query sees itself) but is {window}; "
-                         "pass None for no window.")
-    if key_lengths is not None:
-        check_key_lengths(key_lengths, k.shape[2] if k.dim() == 4 else 0)
+    check_variant_arguments(k, window, key_lengths)
     if (TENSOR_CORE_DECODE and num_splits is None and window is None and stride == 1
             and mask is None and key_lengths is None and not left_padding):
         splits = _tensor_core_splits(q, k, v)
