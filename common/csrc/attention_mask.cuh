@@ -168,11 +168,10 @@ struct KeyMask {
       // Dense: one comparison per element against the row's first invisible key (the
       // compiler hoists the limit out of a loop over the keys of a row).
       return k >= (causal ? min(key_end, q + offset + 1) : key_end) ? -INFINITY : score;
-    }
-    if (k >= key_end || k < key_begin) return -INFINITY;
-    const int pos = q + offset;
-    if (causal && k > pos) return -INFINITY;
-    if constexpr (kGeneral) {
+    } else {
+      if (k >= key_end || k < key_begin) return -INFINITY;
+      const int pos = q + offset;
+      if (causal && k > pos) return -INFINITY;
       if (window > 0 && (k <= pos - window || (!causal && k >= pos + window))) return -INFINITY;
       if (stride > 1) {
         // distance % stride without an integer division (~20 instructions per element):
@@ -187,8 +186,8 @@ struct KeyMask {
         if (bias == -INFINITY) return -INFINITY;
         if (mask_kind != kBoolMask) score = fmaf(bias, mask_scale, score);
       }
+      return score;
     }
-    return score;
   }
 };
 
