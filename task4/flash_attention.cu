@@ -197,6 +197,221 @@ __device__ __forceinline__ float component(const float4& f, int i) {
 }
 
 // ---------------------------------------------------------------------------------------
+// The steps of one key tile, one device function each: scores, mask, online softmax, P to
+// shared memory, P V, and the write-out at the end. They are inlined into the kernel, so the
+// split costs nothing; it only gives each idea its own name (and the student one region each).
+//
+// Every function sees the tile through this thread's coordinates: its rows of the Q tile are
+// first_row + row_lanes * i (i < rows_per_thread), its keys of the K/V tile are
+// col_lane + col_lanes * j (j < keys_per_thread), and its O columns are the float4 chunks
+// c * 32 + col_lane * 4 (c < head_dim_pad / 32).
+// ---------------------------------------------------------------------------------------
+
+// scores = Q K^T for this thread's rows x keys, from the shared tiles (unscaled).
+template <class Cfg, int HEAD_DIM_PAD>
+__device__ __forceinline__ void compute_scores(
+    float (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread], const float* q_tile,
+    const float* k_tile, int first_row, int col_lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: score[i][j] = sum over d < HEAD_DIM_PAD of q_tile[row i][d] * k_tile[key j][d], with
+  // HINT: row i = first_row + Cfg::row_lanes * i and key j = col_lane + Cfg::col_lanes * j, rows
+  // HINT: SmemLayout<Cfg, HEAD_DIM_PAD>::qk_stride floats apart. Walk d 4 at a time: per step
+  // HINT: read one float4 of each of your rows and of each of your keys, then do the 4 FMAs of
+  // HINT: every (row, key) pair (fmaf), so each shared load feeds several FMAs.
+  using Layout = SmemLayout<Cfg, HEAD_DIM_PAD>;
+#pragma unroll
+  for (int i = 0; i < Cfg::rows_per_thread; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::keys_per_thread; ++j) score[i][j] = 0.f;
+
+#pragma unroll 4
+  for (int d = 0; d < HEAD_DIM_PAD; d += 4) {
+    float4 q_frag[Cfg::rows_per_thread];
+#pragma unroll
+    for (int i = 0; i < Cfg::rows_per_thread; ++i)
+      q_frag[i] = *reinterpret_cast<const float4*>(
+          q_tile + (first_row + Cfg::row_lanes * i) * Layout::qk_stride + d);
+#pragma unroll
+    for (int j = 0; j < Cfg::keys_per_thread; ++j) {
+      const float4 k_frag = *reinterpret_cast<const float4*>(
+          k_tile + (col_lane + Cfg::col_lanes * j) * Layout::qk_stride + d);
+#pragma unroll
+      for (int i = 0; i < Cfg::rows_per_thread; ++i) {
+        score[i][j] = fmaf(q_frag[i].x, k_frag.x, score[i][j]);
+        score[i][j] = fmaf(q_frag[i].y, k_frag.y, score[i][j]);
+        score[i][j] = fmaf(q_frag[i].z, k_frag.z, score[i][j]);
+        score[i][j] = fmaf(q_frag[i].w, k_frag.w, score[i][j]);
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+// Hidden keys -> -inf: past the end of the keys, above the causal diagonal, and (beyond the
+// course) outside a window, off a stride or masked by a mask tensor. `first_query_row` is
+// the sequence position of this thread's row 0, `kv_start` that of the tile's key 0.
+template <class Cfg, bool kGeneral>
+__device__ __forceinline__ void mask_scores(
+    float (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread],
+    const attn::KeyMask<kGeneral>& mask, int first_query_row, int kv_start, int col_lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: For each of your scores: row = first_query_row + Cfg::row_lanes * i, key = kv_start +
+  // HINT: col_lane + Cfg::col_lanes * j; score = mask.apply(score, row, key), which returns
+  // HINT: -INFINITY for a key the row must not see (key >= seq_k, or key > row when causal)
+  // HINT: and the score unchanged otherwise.
+#pragma unroll
+  for (int i = 0; i < Cfg::rows_per_thread; ++i) {
+    const int row = first_query_row + Cfg::row_lanes * i;
+#pragma unroll
+    for (int j = 0; j < Cfg::keys_per_thread; ++j)
+      score[i][j] = mask.apply(score[i][j], row, kv_start + col_lane + Cfg::col_lanes * j);
+  }
+  // END SOLUTION
+}
+
+// The online-softmax step of one key tile, row by row: the new running max m (base 2), the
+// scores turned into P = exp2(score * scale_log2 - m) in place, and l and O rescaled by
+// exp2(m_old - m_new), l += this lane's share of rowsum(P). A row that has seen no visible
+// key yet keeps m = -inf; the m_use guard keeps its P, l and O at 0 instead of NaN.
+template <class Cfg, int OUT_COLUMNS>
+__device__ __forceinline__ void online_softmax_step(
+    float (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread],
+    float (&row_max)[Cfg::rows_per_thread], float (&row_sum)[Cfg::rows_per_thread],
+    float (&o_acc)[Cfg::rows_per_thread][OUT_COLUMNS], float scale_log2) {
+  // BEGIN SOLUTION kernel
+  // HINT: Per row i: tile_max = max of your keys' scores, then the max over the Cfg::col_lanes
+  // HINT: lanes that share the row (__shfl_xor_sync with offsets 1, 2, 4). new_max =
+  // HINT: max(row_max[i], tile_max * scale_log2); m_use = new_max, or 0 if it is -INFINITY;
+  // HINT: rescale = exp2f(row_max[i] - m_use); row_max[i] = new_max; each score becomes
+  // HINT: exp2f(score * scale_log2 - m_use); row_sum[i] = row_sum[i] * rescale + the sum of
+  // HINT: your P values (this lane's share); multiply every o_acc[i][...] by rescale.
+#pragma unroll
+  for (int i = 0; i < Cfg::rows_per_thread; ++i) {
+    float tile_max = score[i][0];
+#pragma unroll
+    for (int j = 1; j < Cfg::keys_per_thread; ++j) tile_max = fmaxf(tile_max, score[i][j]);
+#pragma unroll
+    for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
+    // scale_log2 > 0, so the max of the scaled scores is the scaled max.
+    const float new_max = fmaxf(row_max[i], tile_max * scale_log2);
+    const float m_use = new_max == -INFINITY ? 0.f : new_max;
+    const float rescale = exp2f(row_max[i] - m_use);  // exp2(-inf) = 0 on the first tile
+    row_max[i] = new_max;
+    float tile_sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < Cfg::keys_per_thread; ++j) {
+      score[i][j] = exp2f(fmaf(score[i][j], scale_log2, -m_use));  // masked: exp2(-inf) = 0
+      tile_sum += score[i][j];
+    }
+    row_sum[i] = row_sum[i] * rescale + tile_sum;
+#pragma unroll
+    for (int c = 0; c < OUT_COLUMNS; ++c) o_acc[i][c] *= rescale;
+  }
+  // END SOLUTION
+}
+
+// P (this thread's rows x keys) to the shared P tile, where P V reads it back as float4s along
+// the keys. Only this warp reads these rows back (a thread's O rows are its score rows).
+template <class Cfg, int HEAD_DIM_PAD>
+__device__ __forceinline__ void store_probabilities(
+    const float (&prob)[Cfg::rows_per_thread][Cfg::keys_per_thread], float* p_tile,
+    int first_row, int col_lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: p_tile[row][key] = prob[i][j] for your rows and keys, rows
+  // HINT: SmemLayout<Cfg, HEAD_DIM_PAD>::p_stride floats apart.
+  using Layout = SmemLayout<Cfg, HEAD_DIM_PAD>;
+#pragma unroll
+  for (int i = 0; i < Cfg::rows_per_thread; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::keys_per_thread; ++j)
+      p_tile[(first_row + Cfg::row_lanes * i) * Layout::p_stride + col_lane +
+             Cfg::col_lanes * j] = prob[i][j];
+  // END SOLUTION
+}
+
+// O += P V for this thread's rows and O columns, from the shared P and V tiles.
+template <class Cfg, int HEAD_DIM_PAD>
+__device__ __forceinline__ void accumulate_pv(
+    float (&o_acc)[Cfg::rows_per_thread][HEAD_DIM_PAD / Cfg::col_lanes], const float* p_tile,
+    const float* v_tile, int first_row, int col_lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: Walk the tile's keys 4 at a time: read one float4 of P per row (P[row][key..key+3]),
+  // HINT: then for each of the 4 keys and each O chunk c read the float4 V[key][c * 32 +
+  // HINT: col_lane * 4 ...] (rows SmemLayout::v_stride apart) and add weight * V to
+  // HINT: o_acc[i][c * 4 + 0..3] (fmaf), weight = that key's P of row i.
+  using Layout = SmemLayout<Cfg, HEAD_DIM_PAD>;
+  constexpr int kOutChunks = HEAD_DIM_PAD / (Cfg::col_lanes * 4);
+#pragma unroll 2
+  for (int key = 0; key < Cfg::rows_per_kv_tile; key += 4) {
+    float4 p_frag[Cfg::rows_per_thread];
+#pragma unroll
+    for (int i = 0; i < Cfg::rows_per_thread; ++i)
+      p_frag[i] = *reinterpret_cast<const float4*>(
+          p_tile + (first_row + Cfg::row_lanes * i) * Layout::p_stride + key);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+#pragma unroll
+      for (int c = 0; c < kOutChunks; ++c) {
+        const float4 v_frag = *reinterpret_cast<const float4*>(
+            v_tile + (key + u) * Layout::v_stride + c * 32 + col_lane * 4);
+#pragma unroll
+        for (int i = 0; i < Cfg::rows_per_thread; ++i) {
+          const float weight = component(p_frag[i], u);
+          o_acc[i][c * 4 + 0] = fmaf(weight, v_frag.x, o_acc[i][c * 4 + 0]);
+          o_acc[i][c * 4 + 1] = fmaf(weight, v_frag.y, o_acc[i][c * 4 + 1]);
+          o_acc[i][c * 4 + 2] = fmaf(weight, v_frag.z, o_acc[i][c * 4 + 2]);
+          o_acc[i][c * 4 + 3] = fmaf(weight, v_frag.w, o_acc[i][c * 4 + 3]);
+        }
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+// out = O / l for this thread's rows < seq and columns < head_dim of head (batch_index,
+// head_index). l is summed over the lanes of the row first (in the same order on every lane,
+// so all lanes agree bit for bit). The output pointer is formed here, after the loop: kept
+// from the prologue it would hold two more registers through the whole key loop.
+template <class Cfg, int HEAD_DIM_PAD>
+__device__ __forceinline__ void write_output(
+    const float (&o_acc)[Cfg::rows_per_thread][HEAD_DIM_PAD / Cfg::col_lanes],
+    const float (&row_sum)[Cfg::rows_per_thread], const FlashParams& p, int batch_index,
+    int head_index, int first_query_row, int col_lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: Per row i: total = row_sum[i] summed over the Cfg::col_lanes lanes of the row
+  // HINT: (__shfl_xor_sync, offsets 1, 2, 4); row = first_query_row + Cfg::row_lanes * i. If
+  // HINT: row < p.seq, write o_acc[i][c * 4 + 0..3] / total as one float4 at column c * 32 +
+  // HINT: col_lane * 4 of row `row` of the output head (p.out + the batch and head offsets,
+  // HINT: rows p.o_stride_s apart), for each chunk c whose column is < p.head_dim. A row that
+  // HINT: saw no visible key has total = 0 and O = 0: divide by 1.
+  constexpr int kOutChunks = HEAD_DIM_PAD / (Cfg::col_lanes * 4);
+  float* const out_head = p.out + batch_index * p.o_stride_b + head_index * p.o_stride_h;
+#pragma unroll
+  for (int i = 0; i < Cfg::rows_per_thread; ++i) {
+    float total = row_sum[i];
+#pragma unroll
+    for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
+      total += __shfl_xor_sync(0xffffffffu, total, offset);
+    const int row = first_query_row + Cfg::row_lanes * i;
+    const float denom = total > 0.f ? total : 1.f;
+    if (row < p.seq) {
+      float* const out_row = out_head + static_cast<int64_t>(row) * p.o_stride_s;
+#pragma unroll
+      for (int c = 0; c < kOutChunks; ++c) {
+        const int col = c * 32 + col_lane * 4;
+        if (col < p.head_dim) {
+          *reinterpret_cast<float4*>(out_row + col) =
+              make_float4(o_acc[i][c * 4 + 0] / denom, o_acc[i][c * 4 + 1] / denom,
+                          o_acc[i][c * 4 + 2] / denom, o_acc[i][c * 4 + 3] / denom);
+        }
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+// ---------------------------------------------------------------------------------------
 // The kernel: grid (batch * heads, query tiles), Cfg::threads threads
 // ---------------------------------------------------------------------------------------
 
@@ -206,19 +421,20 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   // BEGIN SOLUTION kernel
   // HINT: One block = one tile of rows_per_q_tile query rows of one (batch, head):
   // HINT: blockIdx.x is batch * heads + head, blockIdx.y the query tile (reversed when causal,
-  // HINT: heaviest first). Copy the Q tile to shared memory once. For each key/value tile (stop
-  // HINT: after the diagonal when causal): copy K and V tiles to shared memory (zero rows >= seq
-  // HINT: and columns >= head_dim), __syncthreads(), compute this thread's scores from shared
-  // HINT: memory, set masked ones (key >= seq, or key > row when causal) to -INFINITY, update the
-  // HINT: running row max m (warp shuffles over the lanes of a row), rescale l and O by
-  // HINT: exp2f(m_old - m_new), P = exp2f(score * scale_log2 - m_new), l += rowsum(P), write P to
-  // HINT: shared memory, then O += P V. At the end write O / l for rows < seq, columns < head_dim.
+  // HINT: heaviest first); K and V come from head head / p.kv_group. This thread's coordinates:
+  // HINT: first_row = warp * Cfg::rows_per_warp + lane / Cfg::col_lanes, col_lane = lane %
+  // HINT: Cfg::col_lanes. Build attn::KeyMask<kGeneral> mask(p.mask, batch, head); the key
+  // HINT: tiles to visit run from mask.keys_begin(q_start) to mask.keys_end(q_last), and tiles
+  // HINT: inside mask.unmasked_keys(q_start, q_last) need no mask. Start m = -inf, l = 0, O = 0,
+  // HINT: copy the Q tile to shared memory once (load_tile_async). For each key/value tile: copy
+  // HINT: K and V (rows >= p.seq_k and columns >= head_dim are zero-filled), wait and
+  // HINT: __syncthreads(), compute_scores, mask_scores where needed, online_softmax_step,
+  // HINT: store_probabilities, __syncthreads(), accumulate_pv; a barrier must also separate the
+  // HINT: last reads of a K/V/P tile from its next refill. At the end, write_output.
   constexpr int kRowsPerQTile = Cfg::rows_per_q_tile;
   constexpr int kRowsPerKvTile = Cfg::rows_per_kv_tile;
-  constexpr int kRowsPerThread = Cfg::rows_per_thread;
-  constexpr int kKeysPerThread = Cfg::keys_per_thread;
   // O columns per thread come in float4 chunks: a warp row covers 8 lanes x 4 = 32 columns.
-  constexpr int kOutChunks = HEAD_DIM_PAD / (Cfg::col_lanes * 4);
+  constexpr int kOutColumns = HEAD_DIM_PAD / Cfg::col_lanes;
   using Layout = SmemLayout<Cfg, HEAD_DIM_PAD>;
   static_assert(HEAD_DIM_PAD % 32 == 0, "head_dim is padded to a multiple of 32");
   static_assert(kRowsPerKvTile % 4 == 0, "P V walks keys 4 at a time");
@@ -241,18 +457,15 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const int kv_head_index = head_index / p.kv_group;  // GQA: a group shares K and V
   const float* k_head = p.k + batch_index * p.k_stride_b + kv_head_index * p.k_stride_h;
   const float* v_head = p.v + batch_index * p.v_stride_b + kv_head_index * p.v_stride_h;
-  float* const out_head = p.out + batch_index * p.o_stride_b + head_index * p.o_stride_h;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int row_lane = lane / Cfg::col_lanes;  // 0..3
-  const int col_lane = lane % Cfg::col_lanes;  // 0..7: the lanes that share a row
   // This thread's rows in the tile: first_row + 4 * i. Interleaved (not 4 consecutive rows)
   // so that the 4 row lanes of a warp read 4 consecutive rows: distinct banks.
-  const int first_row = warp * Cfg::rows_per_warp + row_lane;
-  // This thread's keys in a key tile: col_lane + 8 * j (8 consecutive keys per instruction).
-  // This thread's O columns: chunk c covers c * 32 + col_lane * 4 + (0..3).
+  const int first_row = warp * Cfg::rows_per_warp + lane / Cfg::col_lanes;
+  // The 8 lanes that share a row: keys col_lane + 8 * j (8 consecutive keys per instruction).
+  const int col_lane = lane % Cfg::col_lanes;
 
   // Key tiles to visit: those holding a key some row of this tile sees (causal: up to the
   // tile's last row; a window: from its first row's window on). Tiles in
@@ -266,15 +479,15 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const int unmasked_begin = (unmasked.x + kRowsPerKvTile - 1) / kRowsPerKvTile;
   const int unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / kRowsPerKvTile : 0;
 
-  float o_acc[kRowsPerThread][kOutChunks * 4];
-  float row_max[kRowsPerThread];  // m, in log2 units (score * scale_log2); same on all 8 lanes
-  float row_sum[kRowsPerThread];  // l, this lane's share (its keys); summed over lanes at the end
+  float o_acc[Cfg::rows_per_thread][kOutColumns];
+  float row_max[Cfg::rows_per_thread];  // m, in log2 units; the same on all 8 lanes of a row
+  float row_sum[Cfg::rows_per_thread];  // l, this lane's share (its keys); summed at the end
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
+  for (int i = 0; i < Cfg::rows_per_thread; ++i) {
     row_max[i] = -INFINITY;
     row_sum[i] = 0.f;
 #pragma unroll
-    for (int c = 0; c < kOutChunks * 4; ++c) o_acc[i][c] = 0.f;
+    for (int c = 0; c < kOutColumns; ++c) o_acc[i][c] = 0.f;
   }
 
   // Prologue: Q tile and the first K tile in one group.
@@ -296,81 +509,16 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
         v_tile, Layout::v_stride, v_head, p.v_stride_s, kv_start, p.seq_k, p.head_dim, tid);
     copy_async_commit();
 
-    // scores = Q K^T for this thread's rows x keys, 4 head_dim columns per step.
-    float score[kRowsPerThread][kKeysPerThread];
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i)
-#pragma unroll
-      for (int j = 0; j < kKeysPerThread; ++j) score[i][j] = 0.f;
-
-#pragma unroll 4
-    for (int d = 0; d < HEAD_DIM_PAD; d += 4) {
-      float4 q_frag[kRowsPerThread];
-#pragma unroll
-      for (int i = 0; i < kRowsPerThread; ++i)
-        q_frag[i] = *reinterpret_cast<const float4*>(
-            q_tile + (first_row + Cfg::row_lanes * i) * Layout::qk_stride + d);
-#pragma unroll
-      for (int j = 0; j < kKeysPerThread; ++j) {
-        const float4 k_frag = *reinterpret_cast<const float4*>(
-            k_tile + (col_lane + Cfg::col_lanes * j) * Layout::qk_stride + d);
-#pragma unroll
-        for (int i = 0; i < kRowsPerThread; ++i) {
-          score[i][j] = fmaf(q_frag[i].x, k_frag.x, score[i][j]);
-          score[i][j] = fmaf(q_frag[i].y, k_frag.y, score[i][j]);
-          score[i][j] = fmaf(q_frag[i].z, k_frag.z, score[i][j]);
-          score[i][j] = fmaf(q_frag[i].w, k_frag.w, score[i][j]);
-        }
-      }
-    }
-
+    float score[Cfg::rows_per_thread][Cfg::keys_per_thread];
+    compute_scores<Cfg, HEAD_DIM_PAD>(score, q_tile, k_tile, first_row, col_lane);
     // Mask only where it can matter: the tile holding the sequence end (keys >= seq_k are
     // zero-filled padding), tiles across the causal diagonal or a window's edge, and every
     // tile of a stride or a mask tensor.
-    if (kv_tile < unmasked_begin || kv_tile >= unmasked_end) {
-#pragma unroll
-      for (int i = 0; i < kRowsPerThread; ++i) {
-        const int row = q_start + first_row + Cfg::row_lanes * i;
-#pragma unroll
-        for (int j = 0; j < kKeysPerThread; ++j)
-          score[i][j] = mask.apply(score[i][j], row, kv_start + col_lane + Cfg::col_lanes * j);
-      }
-    }
-
-    // Online softmax, row by row. A row that has seen no visible key yet keeps m = -inf:
-    // the m_use guard keeps its p, l and O at 0 instead of NaN.
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      float tile_max = score[i][0];
-#pragma unroll
-      for (int j = 1; j < kKeysPerThread; ++j) tile_max = fmaxf(tile_max, score[i][j]);
-#pragma unroll
-      for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
-      // scale_log2 > 0, so the max of the scaled scores is the scaled max.
-      const float new_max = fmaxf(row_max[i], tile_max * p.scale_log2);
-      const float m_use = new_max == -INFINITY ? 0.f : new_max;
-      const float rescale = exp2f(row_max[i] - m_use);  // exp2(-inf) = 0 on the first tile
-      row_max[i] = new_max;
-      float tile_sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kKeysPerThread; ++j) {
-        score[i][j] = exp2f(fmaf(score[i][j], p.scale_log2, -m_use));  // masked: exp2(-inf) = 0
-        tile_sum += score[i][j];
-      }
-      row_sum[i] = row_sum[i] * rescale + tile_sum;
-#pragma unroll
-      for (int c = 0; c < kOutChunks * 4; ++c) o_acc[i][c] *= rescale;
-    }
-
-    // P to shared memory. Only this warp reads these rows back (a thread's O rows are its
-    // score rows), and the barrier below orders the writes before the reads.
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i)
-#pragma unroll
-      for (int j = 0; j < kKeysPerThread; ++j)
-        p_tile[(first_row + Cfg::row_lanes * i) * Layout::p_stride + col_lane +
-               Cfg::col_lanes * j] = score[i][j];
+    if (kv_tile < unmasked_begin || kv_tile >= unmasked_end)
+      mask_scores<Cfg, kGeneral>(score, mask, q_start + first_row, kv_start, col_lane);
+    online_softmax_step<Cfg, kOutColumns>(score, row_max, row_sum, o_acc, p.scale_log2);
+    // The barrier below orders these writes before the reads of P V.
+    store_probabilities<Cfg, HEAD_DIM_PAD>(score, p_tile, first_row, col_lane);
 
     // V has landed and is visible; every warp is done reading K, so K can be refilled with
     // the next tile while we compute P V.
@@ -382,58 +530,11 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
           p.head_dim, tid);
       copy_async_commit();
     }
-
-    // O += P V: 4 keys per step; P as float4 along the keys, V rows as float4 chunks.
-#pragma unroll 2
-    for (int key = 0; key < kRowsPerKvTile; key += 4) {
-      float4 p_frag[kRowsPerThread];
-#pragma unroll
-      for (int i = 0; i < kRowsPerThread; ++i)
-        p_frag[i] = *reinterpret_cast<const float4*>(
-            p_tile + (first_row + Cfg::row_lanes * i) * Layout::p_stride + key);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-#pragma unroll
-        for (int c = 0; c < kOutChunks; ++c) {
-          const float4 v_frag = *reinterpret_cast<const float4*>(
-              v_tile + (key + u) * Layout::v_stride + c * 32 + col_lane * 4);
-#pragma unroll
-          for (int i = 0; i < kRowsPerThread; ++i) {
-            const float weight = component(p_frag[i], u);
-            o_acc[i][c * 4 + 0] = fmaf(weight, v_frag.x, o_acc[i][c * 4 + 0]);
-            o_acc[i][c * 4 + 1] = fmaf(weight, v_frag.y, o_acc[i][c * 4 + 1]);
-            o_acc[i][c * 4 + 2] = fmaf(weight, v_frag.z, o_acc[i][c * 4 + 2]);
-            o_acc[i][c * 4 + 3] = fmaf(weight, v_frag.w, o_acc[i][c * 4 + 3]);
-          }
-        }
-      }
-    }
+    accumulate_pv<Cfg, HEAD_DIM_PAD>(o_acc, p_tile, v_tile, first_row, col_lane);
   }
 
-  // out = O / l: l summed over the 8 lanes of the row (same order on every lane, so all
-  // lanes agree bit for bit). Rows >= seq and columns >= head_dim are never written.
-#pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    float total = row_sum[i];
-#pragma unroll
-    for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
-      total += __shfl_xor_sync(0xffffffffu, total, offset);
-    const int row = q_start + first_row + Cfg::row_lanes * i;
-    // A row that saw no visible key has l = 0 and O = 0: it outputs zeros.
-    const float denom = total > 0.f ? total : 1.f;
-    if (row < seq) {
-      float* const out_row = out_head + static_cast<int64_t>(row) * p.o_stride_s;
-#pragma unroll
-      for (int c = 0; c < kOutChunks; ++c) {
-        const int col = c * 32 + col_lane * 4;
-        if (col < p.head_dim) {
-          *reinterpret_cast<float4*>(out_row + col) =
-              make_float4(o_acc[i][c * 4 + 0] / denom, o_acc[i][c * 4 + 1] / denom,
-                          o_acc[i][c * 4 + 2] / denom, o_acc[i][c * 4 + 3] / denom);
-        }
-      }
-    }
-  }
+  write_output<Cfg, HEAD_DIM_PAD>(o_acc, row_sum, p, batch_index, head_index, q_start + first_row,
+                                  col_lane);
   // END SOLUTION
 }
 

@@ -50,10 +50,12 @@ from common.limits import check_head_dim
 # there are TARGET_BLOCKS_PER_SM blocks per SM (rounding down, so that every block is resident
 # at once and none waits for a second wave), and never into splits shorter than
 # MIN_KEYS_PER_SPLIT keys, whose fixed costs (loading q, merging the warps, writing a partial)
-# would start to show. `python -m task5.test --decode` prints a sweep of forced split counts
-# to tune these on a GPU.
+# would start to show. Short splits pay off at short contexts, where a decode is latency:
+# fewer keys per warp is fewer dependent trips to memory, and the last block of a head merges
+# the splits without a second kernel. `python -m task5.test --decode` prints a sweep of forced
+# split counts to tune these on a GPU.
 TARGET_BLOCKS_PER_SM = 4
-MIN_KEYS_PER_SPLIT = 256
+MIN_KEYS_PER_SPLIT = 64
 MAX_AUTO_SPLITS = 128
 
 

@@ -11,7 +11,10 @@
 //                         over its keys, like one query row of task 4 (one loop fewer);
 //   combine_splits_kernel merges the splits' partial results with their log-sum-exp weights.
 // With one split (short contexts, or enough batch*heads to fill the GPU) the decode kernel
-// writes the output itself and no combine runs: that is the course's decode kernel.
+// writes the output itself and no combine runs: that is the course's decode kernel. Beyond
+// the course, the split kernel also merges its own splits (the last block of a head to finish
+// does it, merge_in_last_block), so a split decode is one launch too; the combine kernel
+// remains for when no counters are at hand (a CUDA graph captured before any decode ran).
 // Split-KV (FlashDecoding): with B*H = 32 heads and 132 SMs, one block per head would leave
 // most of the GPU idle, so the keys of each head are cut into `num_splits` ranges, each a
 // block; attention.py picks the count from the SM count, B*H and the context.
@@ -46,8 +49,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include "attention_checks.cuh"
@@ -216,156 +222,169 @@ struct DecodeParams {
   float* partial_o;    // unnormalised sum of exp2(s - m) * v
   float* partial_m;    // the split's max score (base 2); -inf for a split without keys
   float* partial_l;    // sum of exp2(s - m); 0 for a split without keys
+  // num_splits > 1, when not null: one zeroed counter per (batch, head). The last block of a
+  // head to finish merges the splits itself (merge_in_last_block), so no combine kernel runs.
+  int* split_counters;
 };
 
-// grid (B*H, num_splits), WARPS_PER_BLOCK warps. Lane `lane_in_key` of a key group holds the
-// elements d = (c * LANES_PER_KEY + lane_in_key) * VEC + e, c < CHUNKS, e < VEC, of q, of its
-// key rows and of the output; the host guarantees LANES_PER_KEY * VEC * CHUNKS >= head_dim
-// and, when VEC > 1, 16-byte alignment and head_dim % VEC == 0.
+// The steps of the decode kernel, one device function each: q into registers, a warp step's
+// K/V loads, the scores (with the end of the keys masked), the online softmax, P V, and the
+// merges and write-out at the end. They are inlined into the kernel, so the split costs
+// nothing; it gives each idea its own name (and the student one region each).
+//
+// The lane layout they share: lane `lane_in_key` of a key group holds the elements
+// d = (c * LANES_PER_KEY + lane_in_key) * VEC + e (c < CHUNKS, e < VEC) of q, of its key
+// and value rows, and of the output accumulator; a warp step reads one key per key group.
+
+// 1. This lane's elements of q, as float, times score_scale (so q.k is the base-2 score);
+//    elements >= head_dim are 0.
 template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
-__global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
-    decode_split_kernel(const DecodeParams<T> p) {
+__device__ __forceinline__ void load_query(float (&q_reg)[VEC * CHUNKS], const T* q_row,
+                                           int lane_in_key, int head_dim, float score_scale) {
   // BEGIN SOLUTION kernel
-  // HINT: Block (bh, split) handles keys [split * keys_per_split, +keys_per_split) clipped to
-  // HINT: seq_len (read it with p.seq_len.at(b), clamp it to [0, max_seq_len]); a causal flag
-  // HINT: masks nothing: the query is the last token, it sees every cached key.
-  // HINT: 1. Load this lane's q elements into registers as float, times p.score_scale.
-  // HINT: 2. Loop over the keys, each warp KEY_STEPS_IN_FLIGHT steps of (32 / LANES_PER_KEY)
-  // HINT:    keys at a time: load all K and V packs first (zeros past the end), then per key
-  // HINT:    dot = sum q*k over the lane's elements, reduced with __shfl_xor_sync over the
-  // HINT:    LANES_PER_KEY lanes; online softmax: m_new = max(m, scores),
-  // HINT:    l = l * exp2(m - m_new) + sum exp2(s - m_new), acc likewise with the v elements.
-  // HINT: 3. Merge the key groups of a warp (shuffles at offsets LANES_PER_KEY .. 16), then the
-  // HINT:    warps through shared memory: weights exp2(m_w - max m), 0 for an empty state.
-  // HINT: 4. One split: write out = o / l (0 if l == 0). Several: write o, m, l to the
-  // HINT:    float32 partials for combine_splits_kernel.
-  constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;  // key groups in a warp
-  constexpr int ELEMS = VEC * CHUNKS;                             // row elements per lane
-  constexpr int KEYS_PER_WARP_ITER = KEYS_PER_WARP_STEP * KEY_STEPS_IN_FLIGHT;
-  constexpr int KEYS_PER_BLOCK_ITER = KEYS_PER_WARP_ITER * WARPS_PER_BLOCK;
-  static_assert(WARP_SIZE % LANES_PER_KEY == 0, "a key group must not straddle warps");
-  static_assert(LANES_PER_KEY * VEC * CHUNKS >= MAX_HEAD_DIM || VEC > 1,
-                "the scalar path must cover every dimension up to MAX_HEAD_DIM");
-
-  __shared__ float warp_o[WARPS_PER_BLOCK][MAX_HEAD_DIM];
-  __shared__ float warp_m[WARPS_PER_BLOCK];
-  __shared__ float warp_l[WARPS_PER_BLOCK];
-
-  const int bh = blockIdx.x;
-  const int split = blockIdx.y;
-  const int b = bh / p.heads;
-  const int h = bh % p.heads;
-  const int warp = threadIdx.x / WARP_SIZE;
-  const int lane = threadIdx.x % WARP_SIZE;
-  const int key_group = lane / LANES_PER_KEY;  // which key of a warp step this lane reads
-  const int lane_in_key = lane % LANES_PER_KEY;
-
-  // Keys this block attends to. seq_len may come from device memory: clamp it so that no
-  // value can make us read past the cache. The query is token seq_len - 1, so a causal mask
-  // (key j visible iff j <= seq_len - 1) keeps every key below seq_len: nothing is masked.
-  const int64_t seq_len = clamp64(p.seq_len.at(b), 0, p.max_seq_len);
-  const int64_t query_pos = seq_len - 1;
-  const int64_t visible = p.causal ? min64(seq_len, query_pos + 1) : seq_len;  // == seq_len
-  const int64_t key_begin = static_cast<int64_t>(split) * p.keys_per_split;
-  const int64_t key_end = min64(key_begin + p.keys_per_split, visible);
-
-  // 1. q in registers, in float, pre-scaled so that q.k is already the base-2 score.
-  const T* q_row = p.q + b * p.q_stride_b + h * p.q_stride_h;
-  float q_reg[ELEMS];
+  // HINT: For each chunk c: d0 = (c * LANES_PER_KEY + lane_in_key) * VEC; read the pack
+  // HINT: load_pack<T, VEC>(q_row + d0) (zero_pack<T, VEC>() if d0 >= head_dim), unpack it to
+  // HINT: VEC floats and store q_reg[c * VEC + e] = x[e] * score_scale.
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
     float x[VEC];
-    unpack<T, VEC>(d0 < p.head_dim ? load_pack<T, VEC>(q_row + d0) : zero_pack<T, VEC>(), x);
+    unpack<T, VEC>(d0 < head_dim ? load_pack<T, VEC>(q_row + d0) : zero_pack<T, VEC>(), x);
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) q_reg[c * VEC + e] = x[e] * p.score_scale;
+    for (int e = 0; e < VEC; ++e) q_reg[c * VEC + e] = x[e] * score_scale;
   }
+  // END SOLUTION
+}
 
-  // 2. Online softmax over this block's keys. State of this lane's key group: m, l (the same
-  //    in every lane of the group) and acc (this lane's output elements).
-  const T* k_head = p.k + b * p.k_stride_b + h * p.k_stride_h;
-  const T* v_head = p.v + b * p.v_stride_b + h * p.v_stride_h;
-  float m = -INFINITY;
-  float l = 0.f;
-  float acc[ELEMS];
+// 2. The K and V packs of KEY_STEPS_IN_FLIGHT warp steps, every load issued before any is
+//    used: 2 * KEY_STEPS_IN_FLIGHT * CHUNKS independent 16-byte reads per lane in flight.
+//    Step u's key is `first_key + u * keys_per_warp_step`; a key >= key_end reads nothing
+//    (zeros), and neither do elements >= head_dim.
+template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
+__device__ __forceinline__ void load_key_steps(
+    Pack<T, VEC> (&k_frag)[KEY_STEPS_IN_FLIGHT][CHUNKS],
+    Pack<T, VEC> (&v_frag)[KEY_STEPS_IN_FLIGHT][CHUNKS], const T* k_ptr, const T* v_ptr,
+    int64_t k_step, int64_t v_step, int64_t first_key, int64_t key_end, int lane_in_key,
+    int head_dim) {
+  // BEGIN SOLUTION kernel
+  // HINT: For each step u and chunk c: d0 as in load_query; if key first_key + u *
+  // HINT: (WARP_SIZE / LANES_PER_KEY) is < key_end and d0 < head_dim, k_frag[u][c] =
+  // HINT: load_pack<T, VEC>(k_ptr + u * k_step + d0) and likewise v_frag from v_ptr / v_step;
+  // HINT: otherwise zero_pack<T, VEC>().
+  constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;
 #pragma unroll
-  for (int i = 0; i < ELEMS; ++i) acc[i] = 0.f;
-
-  // This lane's first key row; the pointers advance by a block's keys per iteration. `base`
-  // depends only on the warp, so every lane of a warp runs the same iterations and the
-  // full-mask shuffles below are legal.
-  const int64_t first_key = key_begin + warp * KEYS_PER_WARP_ITER + key_group;
-  const T* k_ptr = k_head + first_key * p.k_stride_s;
-  const T* v_ptr = v_head + first_key * p.v_stride_s;
-  const int64_t k_step = KEYS_PER_WARP_STEP * p.k_stride_s;  // to this lane's next key
-  const int64_t v_step = KEYS_PER_WARP_STEP * p.v_stride_s;
-  const int64_t k_advance = KEYS_PER_BLOCK_ITER * p.k_stride_s;  // to the next iteration
-  const int64_t v_advance = KEYS_PER_BLOCK_ITER * p.v_stride_s;
-  for (int64_t base = key_begin + warp * KEYS_PER_WARP_ITER; base < key_end;
-       base += KEYS_PER_BLOCK_ITER, k_ptr += k_advance, v_ptr += v_advance) {
-    // Issue every load of this iteration before using any: 2 * KEY_STEPS_IN_FLIGHT * CHUNKS
-    // independent 16-byte reads per lane in flight. Keys past key_end read nothing (zeros).
-    Pack<T, VEC> k_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
-    Pack<T, VEC> v_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
+  for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
+    const bool key_ok = first_key + u * KEYS_PER_WARP_STEP < key_end;
 #pragma unroll
-    for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
-      const bool key_ok = base + u * KEYS_PER_WARP_STEP + key_group < key_end;
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
-        const bool in_range = key_ok && d0 < p.head_dim;
-        k_frag[u][c] = in_range ? load_pack<T, VEC>(k_ptr + u * k_step + d0) : zero_pack<T, VEC>();
-        v_frag[u][c] = in_range ? load_pack<T, VEC>(v_ptr + u * v_step + d0) : zero_pack<T, VEC>();
-      }
-    }
-
-    float score[KEY_STEPS_IN_FLIGHT];
-#pragma unroll
-    for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
-      float dot = 0.f;
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        float kf[VEC];
-        unpack<T, VEC>(k_frag[u][c], kf);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) dot = fmaf(q_reg[c * VEC + e], kf[e], dot);
-      }
-      // Butterfly over the key's lanes: every lane of the group ends with the same full sum
-      // (a + b == b + a bit for bit), so m and l stay identical across the group.
-#pragma unroll
-      for (int offset = LANES_PER_KEY / 2; offset > 0; offset /= 2) {
-        dot += __shfl_xor_sync(FULL_MASK, dot, offset);
-      }
-      const int64_t key = base + u * KEYS_PER_WARP_STEP + key_group;
-      score[u] = key < key_end ? dot : -INFINITY;
-    }
-
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) m_new = fmaxf(m_new, score[u]);
-    if (m_new != -INFINITY) {  // this group has seen a key (uniform within the group)
-      const float rescale = exp2f(m - m_new);  // exp2f(-inf) = 0 before the first key
-      l *= rescale;
-#pragma unroll
-      for (int i = 0; i < ELEMS; ++i) acc[i] *= rescale;
-#pragma unroll
-      for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
-        const float prob = exp2f(score[u] - m_new);  // a key past the end: exp2f(-inf) = 0
-        l += prob;
-#pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) {
-          float vf[VEC];
-          unpack<T, VEC>(v_frag[u][c], vf);
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) acc[c * VEC + e] = fmaf(prob, vf[e], acc[c * VEC + e]);
-        }
-      }
-      m = m_new;
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
+      const bool in_range = key_ok && d0 < head_dim;
+      k_frag[u][c] = in_range ? load_pack<T, VEC>(k_ptr + u * k_step + d0) : zero_pack<T, VEC>();
+      v_frag[u][c] = in_range ? load_pack<T, VEC>(v_ptr + u * v_step + d0) : zero_pack<T, VEC>();
     }
   }
+  // END SOLUTION
+}
 
-  // 3a. Merge the key groups of this warp: lanes `offset` apart hold the same dimensions of
-  //     different groups. A state that saw no key (m = -inf) gets weight 0, not exp2(nan).
+// 3. The base-2 score of each step's key: q . k over the group's lanes; a key >= key_end
+//    (the mask of decode: the query is the last token and sees every cached key) is -inf.
+template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
+__device__ __forceinline__ void key_scores(
+    float (&score)[KEY_STEPS_IN_FLIGHT], const float (&q_reg)[VEC * CHUNKS],
+    const Pack<T, VEC> (&k_frag)[KEY_STEPS_IN_FLIGHT][CHUNKS], int64_t first_key,
+    int64_t key_end) {
+  // BEGIN SOLUTION kernel
+  // HINT: Per step u: dot = sum of q_reg * (the unpacked k_frag[u][c] elements) over your
+  // HINT: elements (fmaf), then a butterfly over the LANES_PER_KEY lanes of the key
+  // HINT: (dot += __shfl_xor_sync(0xffffffff, dot, offset), offset = LANES_PER_KEY / 2 .. 1) so
+  // HINT: every lane of the group holds the full sum; score[u] = dot, or -INFINITY if the key
+  // HINT: first_key + u * (WARP_SIZE / LANES_PER_KEY) is >= key_end.
+  constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;
+#pragma unroll
+  for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
+    float dot = 0.f;
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      float kf[VEC];
+      unpack<T, VEC>(k_frag[u][c], kf);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) dot = fmaf(q_reg[c * VEC + e], kf[e], dot);
+    }
+    // Butterfly over the key's lanes: every lane of the group ends with the same full sum
+    // (a + b == b + a bit for bit), so m and l stay identical across the group.
+#pragma unroll
+    for (int offset = LANES_PER_KEY / 2; offset > 0; offset /= 2) {
+      dot += __shfl_xor_sync(FULL_MASK, dot, offset);
+    }
+    score[u] = first_key + u * KEYS_PER_WARP_STEP < key_end ? dot : -INFINITY;
+  }
+  // END SOLUTION
+}
+
+// 4. The online-softmax step of one warp iteration for this key group: m_new = max(m,
+//    scores); l and acc rescaled by exp2(m - m_new); prob[u] = exp2(score[u] - m_new) added
+//    to l. A group that has seen no key yet (m_new = -inf) changes nothing and gets prob 0.
+template <int ELEMS>
+__device__ __forceinline__ void online_softmax_step(float (&prob)[KEY_STEPS_IN_FLIGHT],
+                                                    const float (&score)[KEY_STEPS_IN_FLIGHT],
+                                                    float& m, float& l, float (&acc)[ELEMS]) {
+  // BEGIN SOLUTION kernel
+  // HINT: m_new = max of m and every score. If m_new is -INFINITY, set every prob to 0 and
+  // HINT: return. Otherwise rescale = exp2f(m - m_new) (0 before the first key); l *= rescale;
+  // HINT: acc[i] *= rescale; then per step prob[u] = exp2f(score[u] - m_new), l += prob[u];
+  // HINT: finally m = m_new.
+  float m_new = m;
+#pragma unroll
+  for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) m_new = fmaxf(m_new, score[u]);
+  if (m_new == -INFINITY) {  // this group has seen no key (uniform within the group)
+#pragma unroll
+    for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) prob[u] = 0.f;
+    return;
+  }
+  const float rescale = exp2f(m - m_new);  // exp2f(-inf) = 0 before the first key
+  l *= rescale;
+#pragma unroll
+  for (int i = 0; i < ELEMS; ++i) acc[i] *= rescale;
+#pragma unroll
+  for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
+    prob[u] = exp2f(score[u] - m_new);  // a key past the end: exp2f(-inf) = 0
+    l += prob[u];
+  }
+  m = m_new;
+  // END SOLUTION
+}
+
+// 5. acc += prob[u] * v for each step's value row (this lane's elements).
+template <typename T, int VEC, int CHUNKS>
+__device__ __forceinline__ void accumulate_pv(
+    float (&acc)[VEC * CHUNKS], const float (&prob)[KEY_STEPS_IN_FLIGHT],
+    const Pack<T, VEC> (&v_frag)[KEY_STEPS_IN_FLIGHT][CHUNKS]) {
+  // BEGIN SOLUTION kernel
+  // HINT: For each step u and chunk c: unpack v_frag[u][c] to VEC floats vf and
+  // HINT: acc[c * VEC + e] = fmaf(prob[u], vf[e], acc[c * VEC + e]).
+#pragma unroll
+  for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; ++c) {
+      float vf[VEC];
+      unpack<T, VEC>(v_frag[u][c], vf);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[c * VEC + e] = fmaf(prob[u], vf[e], acc[c * VEC + e]);
+    }
+  }
+  // END SOLUTION
+}
+
+// 6. Merge the key groups of this warp into every lane: lanes `offset` apart (offset =
+//    LANES_PER_KEY .. 16) hold the same elements of different groups. A state that saw no
+//    key (m = -inf) gets weight 0, not exp2(nan).
+template <int LANES_PER_KEY, int ELEMS>
+__device__ __forceinline__ void merge_key_groups(float& m, float& l, float (&acc)[ELEMS]) {
+  // BEGIN SOLUTION kernel
+  // HINT: For offset = LANES_PER_KEY, 2 * LANES_PER_KEY, .. < WARP_SIZE: read the other
+  // HINT: group's m, l and acc with __shfl_xor_sync(0xffffffff, x, offset); m_new = max of the
+  // HINT: two; each side's weight is exp2f(its m - m_new), or 0 if its m is -INFINITY;
+  // HINT: l = l * w_self + l_other * w_other, acc likewise; m = m_new.
 #pragma unroll
   for (int offset = LANES_PER_KEY; offset < WARP_SIZE; offset *= 2) {
     const float m_other = __shfl_xor_sync(FULL_MASK, m, offset);
@@ -381,15 +400,39 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
     }
     m = m_new;
   }
+  // END SOLUTION
+}
 
-  // 3b. Group 0 of each warp publishes the warp's state; its lanes cover every d < head_dim,
-  //     so no element of warp_o is read uninitialised below.
-  if (key_group == 0) {
+// 7. Merge the warps of the block through shared memory and write: the output itself (one
+//    split) or this split's float32 partial (o, m, l) for combine_splits_kernel.
+template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
+__device__ __forceinline__ void merge_warps_and_write(const DecodeParams<T>& p, float m, float l,
+                                                      const float (&acc)[VEC * CHUNKS], int b,
+                                                      int h) {
+  // BEGIN SOLUTION kernel
+  // HINT: In __shared__ arrays [WARPS_PER_BLOCK][MAX_HEAD_DIM] (o) and [WARPS_PER_BLOCK] (m, l):
+  // HINT: key group 0 of each warp writes its acc elements d < head_dim, lane 0 its m and l;
+  // HINT: __syncthreads(). Then block_m = max of the warps' m, weight_w = exp2f(m_w - block_m)
+  // HINT: (0 if m_w is -INFINITY), block_l = sum weight_w * l_w, and thread d (stepping by the
+  // HINT: block size) o = sum weight_w * o_w[d]. One split: out[b, h, d] = o / block_l (0 if
+  // HINT: block_l == 0), converted with from_float<T>. Several: partial_o[(bh * num_splits +
+  // HINT: split) * head_dim + d] = o, and thread 0 writes partial_m and partial_l there.
+  __shared__ float warp_o[WARPS_PER_BLOCK][MAX_HEAD_DIM];
+  __shared__ float warp_m[WARPS_PER_BLOCK];
+  __shared__ float warp_l[WARPS_PER_BLOCK];
+  const int warp = threadIdx.x / WARP_SIZE;
+  const int lane = threadIdx.x % WARP_SIZE;
+  const int bh = blockIdx.x;
+  const int split = blockIdx.y;
+
+  // Group 0 of each warp publishes the warp's state; its lanes cover every d < head_dim, so
+  // no element of warp_o is read uninitialised below.
+  if (lane < LANES_PER_KEY) {
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const int d = (c * LANES_PER_KEY + lane_in_key) * VEC + e;
+        const int d = (c * LANES_PER_KEY + lane) * VEC + e;
         if (d < p.head_dim) warp_o[warp][d] = acc[c * VEC + e];
       }
     }
@@ -400,7 +443,6 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   }
   __syncthreads();
 
-  // 4. Merge the warps and write: the output itself (one split) or this split's partial.
   float block_m = -INFINITY;
 #pragma unroll
   for (int w = 0; w < WARPS_PER_BLOCK; ++w) block_m = fmaxf(block_m, warp_m[w]);
@@ -430,39 +472,194 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   // END SOLUTION
 }
 
-// grid (B*H), MAX_HEAD_DIM threads: thread d merges dimension d over the splits,
-// out = sum_s exp2(m_s - M) o_s / sum_s exp2(m_s - M) l_s with M = max_s m_s.
-template <typename T>
-__global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const DecodeParams<T> p) {
-  // BEGIN SOLUTION kernel
-  // HINT: For block bh: M = max over splits of partial_m; each split's weight is
-  // HINT: exp2(m_s - M), or 0 for an empty split (m_s = -inf); L = sum weight * partial_l;
-  // HINT: thread d writes out[b, h, 0, d] = (sum weight * partial_o[bh, s, d]) / L, or 0 when
-  // HINT: L == 0 (no keys at all).
-  const int bh = blockIdx.x;
-  const int b = bh / p.heads;
-  const int h = bh % p.heads;
-  const float* m_split = p.partial_m + static_cast<int64_t>(bh) * p.num_splits;
-  const float* l_split = p.partial_l + static_cast<int64_t>(bh) * p.num_splits;
-  const float* o_split = p.partial_o + static_cast<int64_t>(bh) * p.num_splits * p.head_dim;
+// (m, l) <- the merge of softmax states (m, l) and (m_other, l_other): the larger max, and
+// each sum rescaled to it; a state that saw no key (m = -inf) adds nothing.
+__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float m_other,
+                                                    float l_other) {
+  const float m_new = fmaxf(m, m_other);
+  if (m_new == -INFINITY) return;
+  l = (m == -INFINITY ? 0.f : l * exp2f(m - m_new)) +
+      (m_other == -INFINITY ? 0.f : l_other * exp2f(m_other - m_new));
+  m = m_new;
+}
 
-  float m_max = -INFINITY;
-  for (int s = 0; s < p.num_splits; ++s) m_max = fmaxf(m_max, m_split[s]);
-  float l_total = 0.f;
-  for (int s = 0; s < p.num_splits; ++s) {
-    if (m_split[s] != -INFINITY) l_total += exp2f(m_split[s] - m_max) * l_split[s];
+// 8. Merge the num_splits partial states of one (batch, head) and write its output row:
+// out = sum_s w_s o_s / sum_s w_s l_s with w_s = exp2(m_s - M), M = max_s m_s (w_s = 0 for a
+// split that saw no key, m_s = -inf). The threads of the block share the work: the max and
+// the weights are computed in parallel (weights into shared memory), then each output element
+// is an unrolled sum of independent loads, not a chain of dependent ones. The partials are
+// read with __ldcg (from L2): other blocks of the same kernel may have just written them.
+template <typename T>
+__device__ __forceinline__ void merge_split_states(const float* m_split, const float* l_split,
+                                                   const float* o_split, int num_splits,
+                                                   int head_dim, T* out_row) {
+  // BEGIN SOLUTION kernel
+  // HINT: M = max over splits of m_split; each split's weight is exp2f(m_s - M), or 0 for an
+  // HINT: empty split (m_s = -INFINITY); L = sum weight * l_split; element d of the output is
+  // HINT: (sum over splits of weight * o_split[s * head_dim + d]) / L, or 0 when L == 0 (no
+  // HINT: keys at all), converted with from_float<T>. Share the splits between the threads of
+  // HINT: the block (a block reduction for M and L, weights in __shared__ memory, at most
+  // HINT: MAX_SPLITS), then each thread sums the splits for its elements d.
+  __shared__ float weight[MAX_SPLITS];  // m_s, then the weight of split s
+  __shared__ float warp_max[WARP_SIZE];
+  __shared__ float warp_sum[WARP_SIZE];
+  const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+  const int warps = blockDim.x / WARP_SIZE;
+
+  // One pass over m and l, their loads in flight together: each thread keeps the running
+  // (max, sum) of its splits s = tid + k * blockDim, l rescaled as the max grows (task 3's
+  // merge of two softmax states); the warps, then the block, merge these states.
+  float m_max = -INFINITY, l_total = 0.f;
+  for (int s = threadIdx.x; s < num_splits; s += blockDim.x) {
+    const float m_s = __ldcg(m_split + s), l_s = __ldcg(l_split + s);
+    weight[s] = m_s;
+    merge_softmax_state(m_max, l_total, m_s, l_s);
   }
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float m_other = __shfl_xor_sync(FULL_MASK, m_max, offset);
+    const float l_other = __shfl_xor_sync(FULL_MASK, l_total, offset);
+    merge_softmax_state(m_max, l_total, m_other, l_other);
+  }
+  if (lane == 0) {
+    warp_max[warp] = m_max;
+    warp_sum[warp] = l_total;
+  }
+  __syncthreads();
+  m_max = -INFINITY, l_total = 0.f;
+  for (int w = 0; w < warps; ++w) merge_softmax_state(m_max, l_total, warp_max[w], warp_sum[w]);
+  for (int s = threadIdx.x; s < num_splits; s += blockDim.x)  // this thread's own m_s
+    weight[s] = weight[s] == -INFINITY ? 0.f : exp2f(weight[s] - m_max);
+  __syncthreads();  // publishes weight[]
+
+  // 16 loads in flight per thread: a few L2 round trips for any split count we launch.
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      if (m_split[s] != -INFINITY) {
-        o = fmaf(exp2f(m_split[s] - m_max), o_split[static_cast<int64_t>(s) * p.head_dim + d], o);
-      }
-    }
-    p.out[b * p.out_stride_b + h * p.out_stride_h + d] =
-        from_float<T>(l_total > 0.f ? o / l_total : 0.f);
+#pragma unroll 16
+    for (int s = 0; s < num_splits; ++s)
+      o = fmaf(weight[s], __ldcg(o_split + static_cast<int64_t>(s) * head_dim + d), o);
+    out_row[d] = from_float<T>(l_total > 0.f ? o / l_total : 0.f);  // no visible key: 0
   }
   // END SOLUTION
+}
+
+// Beyond the course's two kernels (given): the split kernel merges its own splits. Every
+// block publishes its partial (o, m, l), then counts itself on its head's counter; the block
+// that arrives last (it sees num_splits - 1) merges every split in split order, so the
+// result does not depend on which block that is, and resets the counter for the next decode.
+// At short contexts this saves the combine kernel's launch, about as long as the work.
+template <typename T>
+__device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
+  __shared__ bool is_last;
+  const int64_t bh = blockIdx.x;
+  __threadfence();  // this block's partial is visible to every block before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0)
+    is_last = atomicAdd(p.split_counters + bh, 1) == p.num_splits - 1;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // the other blocks' partials, counted before ours, are read after this
+  const int64_t state = bh * p.num_splits;
+  merge_split_states<T>(p.partial_m + state, p.partial_l + state, p.partial_o + state * p.head_dim,
+                        p.num_splits, p.head_dim,
+                        p.out + (bh / p.heads) * p.out_stride_b + (bh % p.heads) * p.out_stride_h);
+  if (threadIdx.x == 0) p.split_counters[bh] = 0;
+}
+
+// grid (B*H, num_splits), WARPS_PER_BLOCK warps. The host guarantees LANES_PER_KEY * VEC *
+// CHUNKS >= head_dim and, when VEC > 1, 16-byte alignment and head_dim % VEC == 0.
+template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
+__global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
+    decode_split_kernel(const DecodeParams<T> p) {
+  // BEGIN SOLUTION kernel
+  // HINT: Block (bh, split) handles keys [split * keys_per_split, +keys_per_split) clipped to
+  // HINT: seq_len (read it with p.seq_len.at(b), clamp it to [0, max_seq_len]); a causal flag
+  // HINT: masks nothing: the query is the last token, it sees every cached key.
+  // HINT: load_query; m = -inf, l = 0, acc = 0. Then loop over the keys: each warp takes
+  // HINT: KEY_STEPS_IN_FLIGHT steps of (WARP_SIZE / LANES_PER_KEY) keys per iteration, the
+  // HINT: warps of the block consecutive ranges, the block KEYS_PER_BLOCK_ITER keys per
+  // HINT: iteration. This lane's key of step 0 is base + key_group (key_group = lane /
+  // HINT: LANES_PER_KEY), keys of the next step KEYS_PER_WARP_STEP rows further; per iteration:
+  // HINT: load_key_steps, key_scores, online_softmax_step, accumulate_pv. Keep every lane of
+  // HINT: a warp in the loop for the same iterations (the shuffles are full-warp). At the end:
+  // HINT: merge_key_groups, then merge_warps_and_write.
+  constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;  // key groups in a warp
+  constexpr int ELEMS = VEC * CHUNKS;                             // row elements per lane
+  constexpr int KEYS_PER_WARP_ITER = KEYS_PER_WARP_STEP * KEY_STEPS_IN_FLIGHT;
+  constexpr int KEYS_PER_BLOCK_ITER = KEYS_PER_WARP_ITER * WARPS_PER_BLOCK;
+  static_assert(WARP_SIZE % LANES_PER_KEY == 0, "a key group must not straddle warps");
+  static_assert(LANES_PER_KEY * VEC * CHUNKS >= MAX_HEAD_DIM || VEC > 1,
+                "the scalar path must cover every dimension up to MAX_HEAD_DIM");
+
+  const int bh = blockIdx.x;
+  const int split = blockIdx.y;
+  const int b = bh / p.heads;
+  const int h = bh % p.heads;
+  const int warp = threadIdx.x / WARP_SIZE;
+  const int lane = threadIdx.x % WARP_SIZE;
+  const int key_group = lane / LANES_PER_KEY;  // which key of a warp step this lane reads
+  const int lane_in_key = lane % LANES_PER_KEY;
+
+  // Keys this block attends to. seq_len may come from device memory: clamp it so that no
+  // value can make us read past the cache. The query is token seq_len - 1, so a causal mask
+  // (key j visible iff j <= seq_len - 1) keeps every key below seq_len: nothing is masked.
+  const int64_t seq_len = clamp64(p.seq_len.at(b), 0, p.max_seq_len);
+  const int64_t query_pos = seq_len - 1;
+  const int64_t visible = p.causal ? min64(seq_len, query_pos + 1) : seq_len;  // == seq_len
+  const int64_t key_begin = static_cast<int64_t>(split) * p.keys_per_split;
+  const int64_t key_end = min64(key_begin + p.keys_per_split, visible);
+
+  float q_reg[ELEMS];
+  load_query<T, VEC, LANES_PER_KEY, CHUNKS>(q_reg, p.q + b * p.q_stride_b + h * p.q_stride_h,
+                                            lane_in_key, p.head_dim, p.score_scale);
+
+  // State of this lane's key group: m, l (the same in every lane of the group) and acc (this
+  // lane's output elements).
+  float m = -INFINITY;
+  float l = 0.f;
+  float acc[ELEMS];
+#pragma unroll
+  for (int i = 0; i < ELEMS; ++i) acc[i] = 0.f;
+
+  // This lane's first key row; the pointers advance by a block's keys per iteration. `base`
+  // depends only on the warp, so every lane of a warp runs the same iterations and the
+  // full-mask shuffles are legal.
+  const T* k_head = p.k + b * p.k_stride_b + h * p.k_stride_h;
+  const T* v_head = p.v + b * p.v_stride_b + h * p.v_stride_h;
+  const int64_t first_key = key_begin + warp * KEYS_PER_WARP_ITER + key_group;
+  const T* k_ptr = k_head + first_key * p.k_stride_s;
+  const T* v_ptr = v_head + first_key * p.v_stride_s;
+  const int64_t k_step = KEYS_PER_WARP_STEP * p.k_stride_s;  // to this lane's next key
+  const int64_t v_step = KEYS_PER_WARP_STEP * p.v_stride_s;
+  const int64_t k_advance = KEYS_PER_BLOCK_ITER * p.k_stride_s;  // to the next iteration
+  const int64_t v_advance = KEYS_PER_BLOCK_ITER * p.v_stride_s;
+  for (int64_t base = key_begin + warp * KEYS_PER_WARP_ITER; base < key_end;
+       base += KEYS_PER_BLOCK_ITER, k_ptr += k_advance, v_ptr += v_advance) {
+    Pack<T, VEC> k_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
+    Pack<T, VEC> v_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
+    load_key_steps<T, VEC, LANES_PER_KEY, CHUNKS>(k_frag, v_frag, k_ptr, v_ptr, k_step, v_step,
+                                                  base + key_group, key_end, lane_in_key,
+                                                  p.head_dim);
+    float score[KEY_STEPS_IN_FLIGHT];
+    key_scores<T, VEC, LANES_PER_KEY, CHUNKS>(score, q_reg, k_frag, base + key_group, key_end);
+    float prob[KEY_STEPS_IN_FLIGHT];
+    online_softmax_step<ELEMS>(prob, score, m, l, acc);
+    accumulate_pv<T, VEC, CHUNKS>(acc, prob, v_frag);
+  }
+
+  merge_key_groups<LANES_PER_KEY, ELEMS>(m, l, acc);
+  merge_warps_and_write<T, VEC, LANES_PER_KEY, CHUNKS>(p, m, l, acc, b, h);
+  // END SOLUTION
+  if (p.num_splits > 1 && p.split_counters != nullptr) merge_in_last_block(p);
+}
+
+// grid (B*H), MAX_HEAD_DIM threads: block bh merges the splits of (batch, head) bh.
+template <typename T>
+__global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const DecodeParams<T> p) {
+  const int64_t bh = blockIdx.x;
+  const int64_t state = bh * p.num_splits;
+  merge_split_states<T>(p.partial_m + state, p.partial_l + state, p.partial_o + state * p.head_dim,
+                        p.num_splits, p.head_dim,
+                        p.out + (bh / p.heads) * p.out_stride_b + (bh % p.heads) * p.out_stride_h);
 }
 
 // ---- 3. beyond the course: grouped-query decode with every attention variant -------------
@@ -783,6 +980,38 @@ bool can_load_16_bytes(const torch::Tensor& q, const torch::Tensor& k, const tor
   return true;
 }
 
+// The split kernel's counters (merge_in_last_block): one int per (batch, head), allocated and
+// zeroed once per device and left zeroed by every decode, so a captured CUDA graph can keep
+// using them. Allocation cannot happen inside a capture: then (and past the capacity) the
+// answer is nullptr and the combine kernel merges instead. Decodes on one device share the
+// counters, so they must not run at the same time on two streams (they are stream-ordered in
+// a model's decode loop, captured or not). ATTN_DECODE_COMBINE_KERNEL=1 (read on every call,
+// so a test can check both paths) always answers nullptr.
+int* split_counters(cudaStream_t stream, int64_t count) {
+  constexpr int64_t kCapacity = 1 << 16;
+  constexpr int kMaxDevices = 64;
+  static int* buffers[kMaxDevices] = {};
+  static std::mutex mutex;
+  const char* forced = std::getenv("ATTN_DECODE_COMBINE_KERNEL");
+  if (forced != nullptr && std::string(forced) == "1") return nullptr;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  if (count > kCapacity || device >= kMaxDevices) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (buffers[device] == nullptr) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+    int* buffer = nullptr;
+    C10_CUDA_CHECK(cudaMalloc(&buffer, kCapacity * sizeof(int)));  // kept for the process
+    // Zeroed on this stream and waited for: the first decode of any stream finds zeros.
+    C10_CUDA_CHECK(cudaMemsetAsync(buffer, 0, kCapacity * sizeof(int), stream));
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    buffers[device] = buffer;
+  }
+  return buffers[device];
+}
+
 template <typename T>
 void launch_split_kernel(const DecodeParams<T>& p, dim3 grid, cudaStream_t stream, bool wide) {
   constexpr int VEC = 16 / sizeof(T);  // 8 fp16/bf16 or 4 fp32 elements = 16 bytes
@@ -817,14 +1046,16 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   const int64_t batch_heads = static_cast<int64_t>(batch) * heads;
   const bool wide = can_load_16_bytes(q, k, v);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  DecodeParams<T> p{};
+  // Beyond the course (given): the split kernel merges its own splits when it has counters.
+  p.split_counters = num_splits > 1 ? split_counters(stream, batch_heads) : nullptr;
   // BEGIN SOLUTION
-  // HINT: Fill DecodeParams<T> (pointers from data_ptr, strides from stride(), score_scale =
+  // HINT: Fill the rest of p (pointers from data_ptr, strides from stride(), score_scale =
   // HINT: LOG2_E / sqrt(head_dim), keys_per_split = ceil(split_context / num_splits)). With
   // HINT: num_splits > 1 allocate the float32 partials (o: B*H*num_splits*head_dim, m and l:
   // HINT: B*H*num_splits each). Launch launch_split_kernel with grid (B*H, num_splits), then,
-  // HINT: with several splits, combine_splits_kernel with grid B*H and MAX_HEAD_DIM threads;
-  // HINT: attn::check_launch after each launch.
-  DecodeParams<T> p{};
+  // HINT: with several splits and no p.split_counters, combine_splits_kernel with grid B*H and
+  // HINT: MAX_HEAD_DIM threads; attn::check_launch after each launch.
   p.q = reinterpret_cast<const T*>(q.data_ptr());
   p.k = reinterpret_cast<const T*>(k.data_ptr());
   p.v = reinterpret_cast<const T*>(v.data_ptr());
@@ -862,66 +1093,22 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   const dim3 grid(static_cast<unsigned>(batch_heads), static_cast<unsigned>(num_splits));
   launch_split_kernel<T>(p, grid, stream, wide);
   attn::check_launch("decode_split_kernel");
-  if (num_splits > 1) {
+  if (num_splits > 1 && p.split_counters == nullptr) {
     combine_splits_kernel<T><<<static_cast<unsigned>(batch_heads), MAX_HEAD_DIM, 0, stream>>>(p);
     attn::check_launch("combine_splits_kernel");
   }
   // END SOLUTION
 }
 
-// Merge the splits of one (batch, query head): out = sum_s w_s o_s / sum_s w_s l_s with
-// w_s = exp2(m_s - max m). The course's combine_splits_kernel walks the splits one after the
-// other in every thread (a chain of dependent loads, fine for its ~16 splits); with the
-// 100+ splits of a grouped decode that chain is the whole cost, so here the threads share
-// the splits: the max and the weights are computed in parallel into shared memory, then
-// each output element is an unrolled sum of independent loads.
+// Merge the splits of one (batch, query head) of the grouped decode: the same merge as the
+// course's (merge_split_states), on the grouped kernel's partials.
 template <typename T>
 __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_grouped_kernel(const GroupedDecodeParams<T> p) {
-  // BEGIN SOLUTION kernel
-  // HINT: Optional extension: the combine for many splits (see the comment above).
-  __shared__ float weight[MAX_SPLITS];
-  __shared__ float warp_max[MAX_HEAD_DIM / WARP_SIZE];
-  __shared__ float warp_sum[MAX_HEAD_DIM / WARP_SIZE];
-  const int state = blockIdx.x;  // b * heads_q + h
-  const int b = state / p.heads_q;
-  const int h = state % p.heads_q;
-  const float* m_split = p.partial_m + static_cast<int64_t>(state) * p.num_splits;
-  const float* l_split = p.partial_l + static_cast<int64_t>(state) * p.num_splits;
-  const float* o_split = p.partial_o + static_cast<int64_t>(state) * p.num_splits * p.head_dim;
-  const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-  constexpr int WARPS = MAX_HEAD_DIM / WARP_SIZE;
-
-  float m_max = -INFINITY;
-  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) m_max = fmaxf(m_max, m_split[s]);
-  for (int offset = 16; offset > 0; offset /= 2)
-    m_max = fmaxf(m_max, __shfl_xor_sync(FULL_MASK, m_max, offset));
-  if (lane == 0) warp_max[warp] = m_max;
-  __syncthreads();
-  m_max = warp_max[0];
-#pragma unroll
-  for (int w = 1; w < WARPS; ++w) m_max = fmaxf(m_max, warp_max[w]);
-
-  float l_total = 0.f;
-  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) {
-    const float w = m_split[s] == -INFINITY ? 0.f : exp2f(m_split[s] - m_max);
-    weight[s] = w;
-    l_total = fmaf(w, l_split[s], l_total);
-  }
-  for (int offset = 16; offset > 0; offset /= 2) l_total += __shfl_xor_sync(FULL_MASK, l_total, offset);
-  if (lane == 0) warp_sum[warp] = l_total;
-  __syncthreads();  // also publishes weight[]
-  l_total = 0.f;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) l_total += warp_sum[w];
-  const float inv_l = l_total > 0.f ? 1.f / l_total : 0.f;  // no visible key: 0
-
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float o = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < p.num_splits; ++s) o = fmaf(weight[s], o_split[static_cast<int64_t>(s) * p.head_dim + d], o);
-    p.out[b * p.out_stride_b + h * p.out_stride_h + d] = from_float<T>(o * inv_l);
-  }
-  // END SOLUTION
+  const int64_t state = blockIdx.x;  // b * heads_q + h
+  const int64_t first = state * p.num_splits;
+  merge_split_states<T>(p.partial_m + first, p.partial_l + first, p.partial_o + first * p.head_dim,
+                        p.num_splits, p.head_dim,
+                        p.out + (state / p.heads_q) * p.out_stride_b + (state % p.heads_q) * p.out_stride_h);
 }
 
 // Tensor-core grouped decode (task 4's kernel on the query heads of a KV head packed as

@@ -57,7 +57,8 @@ from task5.attention import (
     decode_attention_bhsd,
     update_kv_cache,
 )
-from task5.manifest import COPY_GBPS, TBT_SPEEDUP, TTFT_SPEEDUP, decode_prefix
+from task5.manifest import (COPY_GBPS, SHORT_DECODE_SHAPES, TBT_SPEEDUP, TTFT_SPEEDUP,
+                             decode_prefix)
 from task5.variants_checks import GROUPS as VARIANT_GROUPS
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -320,6 +321,66 @@ def _decode_checks(device, gen, contexts, head_dims, splits=SPLITS) -> list[Chec
     return checks
 
 
+# ---- the split merge: in the last block, or by the combine kernel ---------------------------
+
+# (dtype, batch, heads, head_dim, ctx, num_splits)
+MERGE_CASES = ((torch.float16, 1, 8, 128, 1000, 7), (torch.bfloat16, 2, 3, 64, 4097, 64),
+               (torch.float32, 1, 4, 80, 300, 16))
+SMALL_MERGE_CASES = ((torch.float16, 1, 2, 128, 77, 3),)
+
+
+def _merge_checks(device, gen, cases) -> list[Check]:
+    """Beyond the course's two kernels, the split kernel's last block merges the splits
+    (task5/decode.cu, merge_in_last_block): it must give the combine kernel's bits (both run
+    merge_split_states), and its counters must be left ready for the next call, also as
+    replays of a CUDA graph while the cache changes between them."""
+    import os
+
+    from common.graphs import capture_graph
+
+    checks = []
+    for dtype, batch, heads, head_dim, ctx, splits in cases:
+        label = f"split merge {DTYPE_NAME[dtype]} B{batch} H{heads} D{head_dim} ctx {ctx} splits {splits}"
+
+        def randn(*shape):
+            return torch.randn(*shape, device=device, generator=gen).to(dtype)
+
+        hidden = heads * head_dim
+        q, k, v = randn(batch, 1, hidden), randn(batch, ctx, hidden), randn(batch, ctx, hidden)
+
+        def step():
+            return decode_attention(q, k, v, heads, ctx, num_splits=splits)
+
+        def run_combine_kernel():
+            os.environ["ATTN_DECODE_COMBINE_KERNEL"] = "1"
+            try:
+                return step()
+            finally:
+                del os.environ["ATTN_DECODE_COMBINE_KERNEL"]
+
+        in_kernel, failed = _attempt(label, step)
+        if failed:
+            checks.append(failed)
+            continue
+        by_kernel = run_combine_kernel()
+        again = step()
+        checks.append(Check(f"{label}: in-kernel merge == combine kernel, bit for bit",
+                            _same_bits(in_kernel, by_kernel) and _same_bits(in_kernel, again),
+                            "" if _same_bits(in_kernel, by_kernel) else
+                            f"max diff {(in_kernel.float() - by_kernel.float()).abs().max().item():.2e}"))
+        graph, out = capture_graph(step)
+        wrong = []
+        for replay in range(3):
+            k.copy_(randn(batch, ctx, hidden))
+            v.copy_(randn(batch, ctx, hidden))
+            graph.replay()
+            if not _same_bits(out, step()):
+                wrong.append(str(replay))
+        checks.append(Check(f"{label}: CUDA-graph replays with a changing cache == eager calls",
+                            not wrong, f"replays {', '.join(wrong)} differ" if wrong else "3 replays"))
+    return checks
+
+
 # ---- decode_linear (the decode step's matrix products; used by tasks 6 and 7) ---------------
 
 # (rows, K, N, bias, residual): 1..8 rows, K across several shared-memory chunks and a partial
@@ -385,6 +446,7 @@ def kernels_group(args=None):
     print(f"[task5] kernels: inputs seed {seed} (pass --seed {seed} to reproduce)")
     checks = _update_checks(device, gen)
     checks += _decode_checks(device, gen, KERNEL_CONTEXTS, KERNEL_HEAD_DIMS)
+    checks += _merge_checks(device, gen, MERGE_CASES)
     checks += _linear_checks(device, gen, LINEAR_CASES)
     return checks, {}
 
@@ -400,6 +462,7 @@ def small_group(args=None):
     print(f"[task5] small: inputs seed {seed}")
     checks = _update_checks(device, gen)
     checks += _decode_checks(device, gen, SMALL_CONTEXTS, SMALL_HEAD_DIMS)
+    checks += _merge_checks(device, gen, SMALL_MERGE_CASES)
     checks += _linear_checks(device, gen, SMALL_LINEAR_CASES)
     return checks, {}
 
@@ -662,8 +725,61 @@ def decode_group(args=None):
         checks += found
         metrics.update(figures)
         torch.cuda.empty_cache()
+    for label in SHORT_DECODE_SHAPES:
+        found, figures = _short_decode_shape(label, gen=gen, device=device)
+        checks += found
+        metrics.update(figures)
+        torch.cuda.empty_cache()
     found, figures = _linear_timing(device)
     return checks + found, {**metrics, **figures}
+
+
+def _short_decode_shape(label, *, gen, device):
+    """One short-context decode shape (fp16), ours against every SDPA backend, each timed as
+    CUDA-graph replays: at a few thousand keys a step is mostly latency, and a decode loop
+    replays a captured step, so the host's launch cost must be out for everyone."""
+    import re
+
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    from common.graphs import graph_time_per_call_ms
+
+    batch, heads, ctx, head_dim = map(int, re.fullmatch(r"b(\d+)_h(\d+)_ctx(\d+)_d(\d+)", label).groups())
+    dtype, hidden = torch.float16, heads * head_dim
+    key = decode_prefix("fp16", label)
+    kv_bytes = 2 * batch * ctx * hidden * 2
+    sets = [tuple(torch.randn(*shape, device=device, generator=gen).to(dtype)
+                  for shape in ((batch, 1, hidden), (batch, ctx, hidden), (batch, ctx, hidden)))
+            for _ in range(max(1, math.ceil(ROTATE_BYTES / kv_bytes)))]
+    sdpa_sets = [tuple(split_heads(t, heads) for t in s) for s in sets]
+    truth = reference_attention(*sdpa_sets[0])
+    out, failed = _attempt(f"fp16 {label} (graph)", lambda: decode_attention(*sets[0], heads, ctx))
+    if failed:
+        return [failed], {}
+    checks = [check_relative(f"fp16 {label} vs float64", split_heads(out, heads), truth, dtype)]
+    ours = graph_time_per_call_ms(lambda q, k, v: decode_attention(q, k, v, heads, ctx), sets)
+    sdpa = {}
+    for name, backend in _sdpa_backends():
+        try:
+            with sdpa_kernel(backend):
+                if relative_error(F.scaled_dot_product_attention(*sdpa_sets[0]), truth) > REL_TOL[dtype]:
+                    continue
+                sdpa[name] = graph_time_per_call_ms(F.scaled_dot_product_attention, sdpa_sets)
+        except RuntimeError:  # this backend does not take these inputs
+            continue
+    metrics = {f"{key}.graph_us": ours * 1e3,
+               f"{key}.num_splits": choose_num_splits(batch * heads, ctx, torch.cuda.get_device_properties(device).multi_processor_count)}
+    metrics.update({f"{key}.sdpa_{name}_graph_us": t * 1e3 for name, t in sdpa.items()})
+    if sdpa:
+        best = min(sdpa, key=sdpa.get)
+        ratio = sdpa[best] / ours
+        metrics.update({f"{key}.sdpa_best_graph_us": sdpa[best] * 1e3,
+                        f"{key}.graph_ratio_vs_sdpa_best": ratio})
+        checks.append(Check(f"fp16 {label} (CUDA graph): ratio vs best SDPA >= 1.0", ratio >= 1.0,
+                            f"ours {ours * 1e3:.1f} us, SDPA {best} {sdpa[best] * 1e3:.1f} us: "
+                            f"{ratio:.2f}x", target=True))
+    return checks, metrics
 
 
 def _decode_shape(batch, heads, ctx, head_dim, *, copy_gbps, num_sms, gen, device):

@@ -29,8 +29,8 @@ def test_split_heuristic_fills_the_gpu_without_tiny_splits():
     # B 1, H 32 on 132 SMs: one block per head would leave most SMs idle, so split ...
     assert choose(32, 32768, 132) == 16
     # ... but never below MIN_KEYS_PER_SPLIT keys a split,
-    assert choose(32, 2048, 132) == 2048 // attention.MIN_KEYS_PER_SPLIT
-    assert choose(32, 300, 132) == 1 and choose(32, 1, 132) == 1
+    assert choose(8, 2048, 132) == 2048 // attention.MIN_KEYS_PER_SPLIT
+    assert choose(32, attention.MIN_KEYS_PER_SPLIT * 2 - 1, 132) == 1 and choose(32, 1, 132) == 1
     # and not at all once batch * heads gives every SM a couple of blocks.
     assert choose(16 * 32, 2048, 132) == 1
     assert choose(4 * 32, 4096, 132) == 4
