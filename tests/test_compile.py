@@ -1,7 +1,11 @@
-"""Every .cu (nvcc -c, sm_90) and extension .cpp (g++ -fsyntax-only) compiles, without a GPU.
+"""Every .cu (nvcc, sm_90, device side) and extension .cpp (g++ -fsyntax-only) compiles,
+without a GPU.
 
 This is how CI, which has no GPU, catches a kernel that does not compile. The sources are
-compiled once per session, in parallel; each file is its own test so a failure names it.
+compiled once per session, in parallel; each file is its own test so a failure names it. The
+.cu files are compiled as common.tools.compile_check does by default (device side: every
+function parsed and checked, every kernel through ptxas; not the host compiler's second pass),
+which is also how the release test compiles the skeleton, so unchanged files compile once.
 """
 
 from __future__ import annotations
