@@ -574,14 +574,15 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   // HINT: Block (bh, split) handles keys [split * keys_per_split, +keys_per_split) clipped to
   // HINT: seq_len (read it with p.seq_len.at(b), clamp it to [0, max_seq_len]); a causal flag
   // HINT: masks nothing: the query is the last token, it sees every cached key.
-  // HINT: load_query; m = -inf, l = 0, acc = 0. Then loop over the keys: each warp takes
-  // HINT: KEY_STEPS_IN_FLIGHT steps of (WARP_SIZE / LANES_PER_KEY) keys per iteration, the
-  // HINT: warps of the block consecutive ranges, the block KEYS_PER_BLOCK_ITER keys per
-  // HINT: iteration. This lane's key of step 0 is base + key_group (key_group = lane /
-  // HINT: LANES_PER_KEY), keys of the next step KEYS_PER_WARP_STEP rows further; per iteration:
-  // HINT: load_key_steps, key_scores, online_softmax_step, accumulate_pv. Keep every lane of
-  // HINT: a warp in the loop for the same iterations (the shuffles are full-warp). At the end:
-  // HINT: merge_key_groups, then merge_warps_and_write.
+  // HINT: Loop over the keys: each warp takes KEY_STEPS_IN_FLIGHT steps of (WARP_SIZE /
+  // HINT: LANES_PER_KEY) keys per iteration, the warps of the block consecutive ranges, the block
+  // HINT: KEYS_PER_BLOCK_ITER keys per iteration. This lane's key of step 0 is base + key_group
+  // HINT: (key_group = lane / LANES_PER_KEY), keys of the next step KEYS_PER_WARP_STEP rows
+  // HINT: further. Issue the first iteration's load_key_steps, then load_query (both trips to
+  // HINT: memory overlap); m = -inf, l = 0, acc = 0; per iteration: key_scores,
+  // HINT: online_softmax_step, accumulate_pv, then load_key_steps for the next iteration. Keep
+  // HINT: every lane of a warp in the loop for the same iterations (the shuffles are
+  // HINT: full-warp). At the end: merge_key_groups, then merge_warps_and_write.
   constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;  // key groups in a warp
   constexpr int ELEMS = VEC * CHUNKS;                             // row elements per lane
   constexpr int KEYS_PER_WARP_ITER = KEYS_PER_WARP_STEP * KEY_STEPS_IN_FLIGHT;
@@ -608,6 +609,26 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   const int64_t key_begin = static_cast<int64_t>(split) * p.keys_per_split;
   const int64_t key_end = min64(key_begin + p.keys_per_split, visible);
 
+  // This lane's first key row; the pointers advance by a block's keys per iteration. `base`
+  // depends only on the warp, so every lane of a warp runs the same iterations and the
+  // full-mask shuffles are legal.
+  const T* k_head = p.k + b * p.k_stride_b + h * p.k_stride_h;
+  const T* v_head = p.v + b * p.v_stride_b + h * p.v_stride_h;
+  int64_t base = key_begin + warp * KEYS_PER_WARP_ITER;
+  const T* k_ptr = k_head + (base + key_group) * p.k_stride_s;
+  const T* v_ptr = v_head + (base + key_group) * p.v_stride_s;
+  const int64_t k_step = KEYS_PER_WARP_STEP * p.k_stride_s;  // to this lane's next key
+  const int64_t v_step = KEYS_PER_WARP_STEP * p.v_stride_s;
+  const int64_t k_advance = KEYS_PER_BLOCK_ITER * p.k_stride_s;  // to the next iteration
+  const int64_t v_advance = KEYS_PER_BLOCK_ITER * p.v_stride_s;
+
+  // The first iteration's K and V go out before q: the two trips to memory overlap. At short
+  // contexts a block makes only a few such trips, so one fewer is felt (keys past key_end
+  // read nothing, so this is safe for a warp without keys).
+  Pack<T, VEC> k_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
+  Pack<T, VEC> v_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
+  load_key_steps<T, VEC, LANES_PER_KEY, CHUNKS>(k_frag, v_frag, k_ptr, v_ptr, k_step, v_step,
+                                                base + key_group, key_end, lane_in_key, p.head_dim);
   float q_reg[ELEMS];
   load_query<T, VEC, LANES_PER_KEY, CHUNKS>(q_reg, p.q + b * p.q_stride_b + h * p.q_stride_h,
                                             lane_in_key, p.head_dim, p.score_scale);
@@ -620,30 +641,19 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
 #pragma unroll
   for (int i = 0; i < ELEMS; ++i) acc[i] = 0.f;
 
-  // This lane's first key row; the pointers advance by a block's keys per iteration. `base`
-  // depends only on the warp, so every lane of a warp runs the same iterations and the
-  // full-mask shuffles are legal.
-  const T* k_head = p.k + b * p.k_stride_b + h * p.k_stride_h;
-  const T* v_head = p.v + b * p.v_stride_b + h * p.v_stride_h;
-  const int64_t first_key = key_begin + warp * KEYS_PER_WARP_ITER + key_group;
-  const T* k_ptr = k_head + first_key * p.k_stride_s;
-  const T* v_ptr = v_head + first_key * p.v_stride_s;
-  const int64_t k_step = KEYS_PER_WARP_STEP * p.k_stride_s;  // to this lane's next key
-  const int64_t v_step = KEYS_PER_WARP_STEP * p.v_stride_s;
-  const int64_t k_advance = KEYS_PER_BLOCK_ITER * p.k_stride_s;  // to the next iteration
-  const int64_t v_advance = KEYS_PER_BLOCK_ITER * p.v_stride_s;
-  for (int64_t base = key_begin + warp * KEYS_PER_WARP_ITER; base < key_end;
-       base += KEYS_PER_BLOCK_ITER, k_ptr += k_advance, v_ptr += v_advance) {
-    Pack<T, VEC> k_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
-    Pack<T, VEC> v_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
-    load_key_steps<T, VEC, LANES_PER_KEY, CHUNKS>(k_frag, v_frag, k_ptr, v_ptr, k_step, v_step,
-                                                  base + key_group, key_end, lane_in_key,
-                                                  p.head_dim);
+  while (base < key_end) {
     float score[KEY_STEPS_IN_FLIGHT];
     key_scores<T, VEC, LANES_PER_KEY, CHUNKS>(score, q_reg, k_frag, base + key_group, key_end);
     float prob[KEY_STEPS_IN_FLIGHT];
     online_softmax_step<ELEMS>(prob, score, m, l, acc);
     accumulate_pv<T, VEC, CHUNKS>(acc, prob, v_frag);
+    base += KEYS_PER_BLOCK_ITER;
+    k_ptr += k_advance;
+    v_ptr += v_advance;
+    if (base < key_end)  // the next iteration's keys (the same on every lane of the warp)
+      load_key_steps<T, VEC, LANES_PER_KEY, CHUNKS>(k_frag, v_frag, k_ptr, v_ptr, k_step, v_step,
+                                                    base + key_group, key_end, lane_in_key,
+                                                    p.head_dim);
   }
 
   merge_key_groups<LANES_PER_KEY, ELEMS>(m, l, acc);
