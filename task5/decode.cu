@@ -542,6 +542,16 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
   // END SOLUTION
 }
 
+// The splits of (batch, head) bh, merged into its output row: what the combine kernel and the
+// split kernel's last block each do.
+template <typename T>
+__device__ __forceinline__ void merge_head_splits(const DecodeParams<T>& p, int64_t bh) {
+  const int64_t state = bh * p.num_splits;
+  merge_split_states<T>(p.partial_m + state, p.partial_l + state, p.partial_o + state * p.head_dim,
+                        p.num_splits, p.head_dim,
+                        p.out + (bh / p.heads) * p.out_stride_b + (bh % p.heads) * p.out_stride_h);
+}
+
 // Beyond the course's two kernels (given): the split kernel merges its own splits. Every
 // block publishes its partial (o, m, l), then counts itself on its head's counter; the block
 // that arrives last (it sees num_splits - 1) merges every split in split order, so the
@@ -558,10 +568,7 @@ __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
   __syncthreads();
   if (!is_last) return;
   __threadfence();  // the other blocks' partials, counted before ours, are read after this
-  const int64_t state = bh * p.num_splits;
-  merge_split_states<T>(p.partial_m + state, p.partial_l + state, p.partial_o + state * p.head_dim,
-                        p.num_splits, p.head_dim,
-                        p.out + (bh / p.heads) * p.out_stride_b + (bh % p.heads) * p.out_stride_h);
+  merge_head_splits(p, bh);
   if (threadIdx.x == 0) p.split_counters[bh] = 0;
 }
 
@@ -665,11 +672,7 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
 // grid (B*H), MAX_HEAD_DIM threads: block bh merges the splits of (batch, head) bh.
 template <typename T>
 __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const DecodeParams<T> p) {
-  const int64_t bh = blockIdx.x;
-  const int64_t state = bh * p.num_splits;
-  merge_split_states<T>(p.partial_m + state, p.partial_l + state, p.partial_o + state * p.head_dim,
-                        p.num_splits, p.head_dim,
-                        p.out + (bh / p.heads) * p.out_stride_b + (bh % p.heads) * p.out_stride_h);
+  merge_head_splits(p, blockIdx.x);
 }
 
 // ---- 3. beyond the course: grouped-query decode with every attention variant -------------

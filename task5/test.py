@@ -699,6 +699,26 @@ def _sdpa_backends():
     return [(name, getattr(SDPBackend, attr)) for name, attr in names if hasattr(SDPBackend, attr)]
 
 
+def _sdpa_times(sdpa_sets, truth, dtype, label, time_fn) -> dict[str, float]:
+    """{backend: time_fn(SDPA, sdpa_sets)} for each SDPA backend that takes these inputs and
+    is within tolerance of `truth` on the first set (the others are left out, with a word)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    times = {}
+    for name, backend in _sdpa_backends():
+        try:
+            with sdpa_kernel(backend):
+                err = relative_error(F.scaled_dot_product_attention(*sdpa_sets[0]), truth)
+                if err > REL_TOL[dtype]:
+                    print(f"[task5] SDPA {name} at {label}: rel_err {err:.1e}, left out")
+                    continue
+                times[name] = time_fn(F.scaled_dot_product_attention, sdpa_sets)
+        except RuntimeError as err:  # this backend does not take these inputs
+            print(f"[task5] SDPA {name} refuses {label}: {str(err).splitlines()[0][:100]}")
+    return times
+
+
 def _per_call_ms(fn, sets, calls=CALLS_PER_SAMPLE) -> float:
     """Median time of one call, from samples of `calls` back-to-back calls rotating over the
     KV sets (the launch overhead of a call overlaps the previous one's GPU work, as in a
@@ -743,9 +763,6 @@ def _short_decode_shape(label, *, gen, device):
     replays a captured step, so the host's launch cost must be out for everyone."""
     import re
 
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
-
     from common.graphs import graph_time_per_call_ms
 
     batch, heads, ctx, head_dim = map(int, re.fullmatch(r"b(\d+)_h(\d+)_ctx(\d+)_d(\d+)", label).groups())
@@ -762,15 +779,7 @@ def _short_decode_shape(label, *, gen, device):
         return [failed], {}
     checks = [check_relative(f"fp16 {label} vs float64", split_heads(out, heads), truth, dtype)]
     ours = graph_time_per_call_ms(lambda q, k, v: decode_attention(q, k, v, heads, ctx), sets)
-    sdpa = {}
-    for name, backend in _sdpa_backends():
-        try:
-            with sdpa_kernel(backend):
-                if relative_error(F.scaled_dot_product_attention(*sdpa_sets[0]), truth) > REL_TOL[dtype]:
-                    continue
-                sdpa[name] = graph_time_per_call_ms(F.scaled_dot_product_attention, sdpa_sets)
-        except RuntimeError:  # this backend does not take these inputs
-            continue
+    sdpa = _sdpa_times(sdpa_sets, truth, dtype, label, graph_time_per_call_ms)
     metrics = {f"{key}.graph_us": ours * 1e3,
                f"{key}.num_splits": choose_num_splits(batch * heads, ctx, torch.cuda.get_device_properties(device).multi_processor_count)}
     metrics.update({f"{key}.sdpa_{name}_graph_us": t * 1e3 for name, t in sdpa.items()})
@@ -787,9 +796,6 @@ def _short_decode_shape(label, *, gen, device):
 
 def _decode_shape(batch, heads, ctx, head_dim, *, copy_gbps, num_sms, gen, device):
     """One decode shape, fp16: correctness, our time and GB/s, the split sweep, SDPA."""
-    import torch.nn.functional as F
-    from torch.nn.attention import sdpa_kernel
-
     dtype = torch.float16
     label = f"b{batch}_h{heads}_ctx{ctx}_d{head_dim}"
     key = decode_prefix("fp16", label)
@@ -825,18 +831,7 @@ def _decode_shape(batch, heads, ctx, head_dim, *, copy_gbps, num_sms, gen, devic
     print(f"[task5] {label}: auto {splits} splits {ms * 1e3:.1f} us; forced: "
           + ", ".join(f"{s}: {t * 1e3:.1f} us" for s, t in sweep.items()))
 
-    sdpa_ms = {}
-    for name, backend in _sdpa_backends():
-        try:
-            with sdpa_kernel(backend):
-                got = F.scaled_dot_product_attention(q4, k4, v4)
-                err = relative_error(got, truth)
-                if err > REL_TOL[dtype]:
-                    print(f"[task5] SDPA {name} at {label}: rel_err {err:.1e}, left out")
-                    continue
-                sdpa_ms[name] = _per_call_ms(F.scaled_dot_product_attention, sdpa_sets)
-        except RuntimeError as err:  # this backend does not take these inputs
-            print(f"[task5] SDPA {name} refuses {label}: {str(err).splitlines()[0][:100]}")
+    sdpa_ms = _sdpa_times(sdpa_sets, truth, dtype, label, _per_call_ms)
     metrics.update({f"{key}.ms": ms, f"{key}.gbps": gbps, f"{key}.bw_fraction": gbps / copy_gbps,
                     f"{key}.num_splits": splits})
     metrics.update({f"{key}.sdpa_{name}_ms": t for name, t in sdpa_ms.items()})
