@@ -88,6 +88,23 @@ def poisoned_empty(*shape, dtype, device) -> torch.Tensor:
     return poison_(torch.empty(*shape, dtype=dtype, device=device))
 
 
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def unwritten(out: torch.Tensor, before: torch.Tensor | None = None) -> bool:
+    """True when `out` still holds, bit for bit, what it held before a kernel ran (`before`;
+    by default the poison): the kernel wrote nothing, as a skeleton's empty kernel body does.
+    A kernel that computes a NaN writes another bit pattern than torch's fill, so a working
+    kernel that overflows everywhere is not mistaken for one that never ran."""
+    if out.numel() == 0:
+        return False
+    before = poison_(torch.empty_like(out)) if before is None else before
+    if before.shape != out.shape or before.dtype != out.dtype:
+        return False
+    as_int = _SAME_SIZE_INT[out.element_size()]
+    return torch.equal(out.contiguous().view(as_int), before.contiguous().view(as_int))
+
+
 def random_qkv(batch: int, heads: int, seq: int, head_dim: int, *, dtype=torch.float32,
                device="cuda", seq_k: int | None = None, generator: torch.Generator | None = None):
     """Fresh N(0,1) q [B,H,Sq,D], k, v [B,H,Sk,D]: never zeros, which hide indexing bugs."""

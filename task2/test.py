@@ -39,6 +39,7 @@ from common.checks import (
     check_relative,
     poisoned_empty,
     reference_attention,
+    unwritten,
 )
 from common.harness import ModuleCase, fresh_generator, module_checks, pick_device, task_main
 from common.mha import merge_heads, split_heads
@@ -47,6 +48,7 @@ from task2 import attention as ext
 from task2.compile import load
 
 HIDDEN, HEADS, WEIGHT_SEED = 128, 8, 0
+KERNEL_FILE = "task2/attention_kernel.cu"
 COURSE_CASES = [ModuleCase(b, s, causal) for (b, s) in ((4, 10), (16, 100))
                 for causal in (False, True)]
 ONE_TOKEN_CASES = [ModuleCase(4, 1, causal) for causal in (False, True)]
@@ -121,12 +123,14 @@ def _setup(args, group: str):
     return device, gen
 
 
-def _run_twice(name: str, fn, make_out):
-    """fn(out) on two fresh NaN-poisoned outputs: (the first result or None, checks)."""
+def _run_twice(name: str, fn, make_out, kernel: str):
+    """fn(out) on two fresh NaN-poisoned outputs: (the first result or None, checks). Outputs
+    left exactly as poisoned mean `kernel` never ran its body: "not implemented yet"."""
     try:
         outs = [make_out(), make_out()]
         results = [fn(out) for out in outs]
-        torch.cuda.synchronize()
+        if outs[0].is_cuda:
+            torch.cuda.synchronize()
     except NotImplementedError as err:
         return None, [Check(name, False, f"not implemented: {err}")]
     except (RuntimeError, ValueError, TypeError) as err:
@@ -134,6 +138,9 @@ def _run_twice(name: str, fn, make_out):
         return None, [Check(name, False, f"raised {type(err).__name__}: {first_line[:120]}")]
     into_out = all(r.data_ptr() == o.data_ptr() and r.shape == o.shape
                    for r, o in zip(results, outs, strict=True))
+    if into_out and all(unwritten(r) for r in results):  # the skeleton's empty kernel body
+        return None, [Check(name, False, f"not implemented yet: {kernel} wrote none of its output "
+                                         f"(is its body still empty?); see its HINT in {KERNEL_FILE}")]
     # Compare bits, not values: NaN != NaN, and -0.0 == 0.0.
     same = torch.equal(results[0].view(torch.int32), results[1].view(torch.int32))
     if not into_out:
@@ -168,7 +175,8 @@ def _softmax_checks(cases, device, gen) -> list[Check]:
         name = f"softmax {tuple(shape)} dim {dim}" + (f" ({note})" if note else "")
         x = torch.randn(*shape, device=device, generator=gen) * 3 + offset
         out, run = _run_twice(name, partial(_softmax_into, x, dim),
-                              partial(poisoned_empty, *shape, dtype=x.dtype, device=device))
+                              partial(poisoned_empty, *shape, dtype=x.dtype, device=device),
+                              "softmax_kernel")
         checks += run
         if out is None:
             continue
@@ -228,7 +236,8 @@ def _gemm_checks(cases, device, gen) -> list[Check]:
         b_math = b if layout == "nn" else b.transpose(-2, -1)  # the [.., K, N] operand
         out_shape = (*a_shape[:-1], b_math.shape[-1])
         out, run = _run_twice(name, partial(_gemm_into, layout, a, b),
-                              partial(poisoned_empty, *out_shape, dtype=a.dtype, device=device))
+                              partial(poisoned_empty, *out_shape, dtype=a.dtype, device=device),
+                              f"gemm_{layout}_kernel")
         checks += run
         if out is None:
             continue
@@ -285,7 +294,7 @@ def _attention_checks(cases, device, gen) -> list[Check]:
                     f"hidden {hidden} heads {heads}")
             out, run = _run_twice(name, partial(_attention_into, q, k, v, heads, causal),
                                   partial(poisoned_empty, batch, seq, hidden, dtype=q.dtype,
-                                          device=device))
+                                          device=device), "custom_attention")
             checks += run
             if out is None:
                 continue
@@ -312,6 +321,11 @@ def _mask_checks(cases, device, gen) -> list[Check]:
                 second = ext.scale_and_causal_mask(scores.clone(), scale, causal)
             except (NotImplementedError, RuntimeError, ValueError, TypeError) as err:
                 checks.append(Check(name, False, f"raised {type(err).__name__}: {err}"))
+                continue
+            if unwritten(first, scores) and unwritten(second, scores):  # an empty kernel body
+                checks.append(Check(name, False, "not implemented yet: scale_and_causal_mask_kernel "
+                                                 "left the scores unchanged (is its body still empty?); "
+                                                 f"see its HINT in {KERNEL_FILE}"))
                 continue
             same = torch.equal(first.view(torch.int32), second.view(torch.int32))
             exact = torch.equal(first, expected)

@@ -37,6 +37,20 @@ def test_an_unwritten_poisoned_element_fails_the_check():
     assert not check.passed and checks.relative_error(out, ref) == math.inf
 
 
+def test_unwritten_tells_an_untouched_output_from_a_computed_nan():
+    out = checks.poisoned_empty(3, 5, dtype=torch.float32, device="cpu")
+    assert checks.unwritten(out)
+    computed_nan = torch.full((3, 5), 0x7FFFFFFF, dtype=torch.int32).view(torch.float32)
+    assert computed_nan.isnan().all() and not checks.unwritten(computed_nan)
+    one_written = out.clone()
+    one_written[2, 4] = 1.0
+    assert not checks.unwritten(one_written)
+    scores = torch.randn(2, 4, 4)
+    assert checks.unwritten(scores.clone(), scores) and not checks.unwritten(scores * 0.5, scores)
+    assert checks.unwritten(checks.poisoned_empty(4, dtype=torch.bfloat16, device="cpu"))
+    assert not checks.unwritten(torch.empty(0))
+
+
 def test_a_small_error_passes_and_a_large_one_fails():
     ref = torch.randn(64, 64, dtype=torch.float64)
     assert checks.check_relative("ok", ref.float(), ref, torch.float32).passed

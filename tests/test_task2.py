@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,33 @@ def test_task2_not_implemented_reads_as_not_implemented(monkeypatch):
         task2_attention.custom_attention(x, x, x, 2)
     with pytest.raises(RuntimeError, match="failed to launch"):  # other errors pass through
         task2_attention.softmax(x)
+
+
+def test_task2_an_empty_kernel_reads_as_not_implemented(monkeypatch):
+    """The skeleton empties the kernel bodies and keeps their launchers: a kernel that leaves its
+    poisoned output (or the scores it works in place on) exactly as it was is "not
+    implemented yet", which the grader reports as such; a kernel that writes is judged on
+    its numbers."""
+    from common.checks import poisoned_empty
+    from common.tools import grade
+
+    make_out = partial(poisoned_empty, 2, 3, dtype=torch.float32, device="cpu")
+    out, checks = task2_test._run_twice("softmax", lambda out: out, make_out, "softmax_kernel")
+    assert out is None and len(checks) == 1 and not checks[0].passed
+    assert checks[0].detail.startswith("not implemented yet: softmax_kernel wrote none")
+    out, checks = task2_test._run_twice("softmax", lambda out: out.fill_(0.5), make_out,
+                                        "softmax_kernel")
+    assert out is not None and checks[0].passed  # written, repeatable: the numbers decide
+
+    monkeypatch.setattr(task2_test.ext, "scale_and_causal_mask", lambda s, scale, causal: s)
+    masks = task2_test._mask_checks([(2, 5)], "cpu", torch.Generator().manual_seed(0))
+    assert masks and all("not implemented yet: scale_and_causal_mask_kernel" in c.detail
+                         for c in masks)
+
+    report = {"exit_code": 1, "checks": [{"name": c.name, "passed": False, "detail": c.detail}
+                                         for c in masks]}
+    run = grade.classify(grade.Run(groups=("attention",)), 2, report, "")
+    assert run.status == "not implemented"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
