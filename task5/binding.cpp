@@ -26,6 +26,21 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
 torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
                             std::optional<torch::Tensor> residual);
 
+// SwiGLU's gate and up products in one pass over their stacked weights [2 * width, K]:
+// silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width] (decode_linear.cu).
+torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
+                            std::optional<torch::Tensor> residual);
+// LayerNorm or RMSNorm of x's rows, after the residual add if one is given: {out} or
+// {out, x + residual} (norm.cu).
+std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
+                                    torch::Tensor weight, std::optional<torch::Tensor> bias,
+                                    double eps, bool rms);
+// RoPE on q and k and the KV-cache append of k and v in one kernel; returns the rotated q
+// (rope_append.cu).
+torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
+                          torch::Tensor v_cache, torch::Tensor cos, torch::Tensor sin,
+                          int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor);
+
 // Beyond the course: q [B, H_q, 1, D] against k/v [B, H_kv, S, D] with every attention variant
 // (common/variants.py); the query heads of a KV head share one pass over its keys.
 torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::Tensor v,
@@ -67,4 +82,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x, streaming the weight",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
         py::arg("residual") = py::none());
+  m.def("decode_swiglu", &decode_swiglu,
+        "silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual) for at most 8 rows of x, weight [2*width, K]",
+        py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
+        py::arg("residual") = py::none());
+  m.def("add_norm", &add_norm,
+        "LayerNorm (rms=False) or RMSNorm of x's rows, after adding residual if given: [out] or "
+        "[out, x + residual]",
+        py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
+        py::arg("rms"));
+  m.def("rope_append", &rope_append,
+        "RoPE on q [B, S, Hq, D] and k, k and v appended to the caches at current_pos; returns q rotated",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_cache"), py::arg("v_cache"),
+        py::arg("cos"), py::arg("sin"), py::arg("current_pos") = 0,
+        py::arg("current_pos_tensor") = py::none());
 }

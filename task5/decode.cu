@@ -58,6 +58,7 @@
 
 #include "attention_checks.cuh"
 #include "attention_mask.cuh"
+#include "device_values.cuh"
 
 namespace {
 
@@ -76,30 +77,12 @@ constexpr float LOG2_E = 1.4426950408889634f;
 
 // ---- small helpers (given) ----------------------------------------------------------------
 
-// A per-sequence integer the kernels read at run time: a host value, or a CUDA int32 tensor
-// (0-d: the same value for every sequence; [B]: one per sequence). Reading it on the device
-// keeps a captured CUDA graph valid while the tensor is incremented between replays.
-struct RuntimeInt {
-  const int* device_values;  // nullptr: use host_value
-  int64_t stride;            // 0 when every sequence reads element 0
-  int64_t host_value;
-  __device__ __forceinline__ int64_t at(int64_t b) const {
-    return device_values != nullptr ? static_cast<int64_t>(device_values[b * stride]) : host_value;
-  }
-};
-
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_float(float x);
-template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+// A position or length read at run time (RuntimeInt), and the fp32 conversions:
+// device_values.cuh, shared with the other task 5 kernels.
+using attn::from_float;
+using attn::RuntimeInt;
+using attn::runtime_int;
+using attn::to_float;
 
 // VEC consecutive elements of type T moved as one access, kept as the raw bits of an integer
 // vector (16 bytes: uint4) until they are converted to floats. Zeroing a whole raw vector (a
@@ -1263,30 +1246,7 @@ void check_float_dtype(const torch::Tensor& t, const char* name) {
   attn::check_dtype(t, name, {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
 }
 
-void check_last_dim_contiguous(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.size(-1) == 1 || t.stride(-1) == 1, attn::str(name,
-                    " must have a contiguous last dimension (stride 1) but its strides are ",
-                    t.strides(), "; call .contiguous() first."));
-}
-
-// A position or length: a host int (checked by the caller) or a CUDA int32 tensor, 0-d or
-// [batch]. A device value cannot be checked without a sync; the kernels clamp it instead.
-RuntimeInt runtime_int(int64_t value, const std::optional<torch::Tensor>& tensor,
-                       const char* name, int64_t batch, const torch::Device& device) {
-  if (!tensor.has_value()) return RuntimeInt{nullptr, 0, value};
-  const torch::Tensor& t = *tensor;
-  attn::check_cuda_tensor(t, name);
-  TORCH_CHECK_TYPE(t.scalar_type() == torch::kInt32, attn::str(name,
-                   " must be an int32 tensor but has dtype ", t.scalar_type(),
-                   "; create it with dtype=torch.int32."));
-  TORCH_CHECK_VALUE(t.device() == device, attn::str(name, " is on ", t.device(),
-                    " but the attention inputs are on ", device, "; put them on the same GPU."));
-  const bool one_value = t.dim() == 0 || (t.dim() == 1 && t.size(0) == 1);
-  TORCH_CHECK_VALUE(one_value || (t.dim() == 1 && t.size(0) == batch), attn::str(name,
-                    " must be a 0-d tensor or have shape [", batch,
-                    "] (one value per sequence) but has shape ", t.sizes(), "."));
-  return RuntimeInt{t.data_ptr<int32_t>(), one_value ? 0 : t.stride(0), 0};
-}
+using attn::check_last_dim_contiguous;
 
 }  // namespace
 

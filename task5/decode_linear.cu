@@ -16,6 +16,9 @@
 //     and every warp reads all of it, so it stays in L1 while W streams past;
 //   * accumulates in fp32, reduces each (row, m) over the warp with shuffles, and adds the
 //     bias and the residual in the epilogue (one kernel instead of a GEMM and two adds).
+//   * decode_swiglu, the same kernel with kGated: the MLP's gate and up products in one pass
+//     over their stacked weights, silu(gate) * up in the epilogue (SwiGLU's [M, 2 * width]
+//     intermediate is never written, and two elementwise kernels are gone).
 // No shared memory and no barrier: a first version staged x in shared memory chunk by chunk,
 // and its barriers stalled the weight stream (below cuBLAS in bf16 on the H100; the log of
 // that run is results/logs/h100_decode_linear_v1.log).
@@ -33,9 +36,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "attention_checks.cuh"
+#include "device_values.cuh"
 
 namespace {
 
@@ -89,48 +94,35 @@ __device__ __forceinline__ uint4 load_streaming(const void* ptr) {
   return v;
 }
 
-template <typename T>
-__device__ __forceinline__ float to_float(T v) {
-  return static_cast<float>(v);
-}
-template <>
-__device__ __forceinline__ float to_float(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <typename T>
-__device__ __forceinline__ T from_float(float v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __forceinline__ __half from_float(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float v) {
-  return __float2bfloat16_rn(v);
-}
+using attn::from_float;
+using attn::to_float;
 
 // x [M, K], w [N, K], bias [N] or null, residual [M, N] or null, out [M, N]; all contiguous,
 // rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
-template <typename T, int M>
+// kGated (SwiGLU): w is [2N, K], the gate's N rows then the up projection's N rows (bias
+// [2N] likewise), and out = silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual): a warp streams 2
+// gate rows and the 2 matching up rows, so it loads as many rows per step as the plain
+// kernel, and the [M, 2N] gate/up products never reach memory.
+template <typename T, int M, bool kGated>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
   constexpr int kVec = Pack<T>::kElems;
+  constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int row0 = blockIdx.x * kRowsPerBlock + warp * kRowsPerWarp;
+  const int row0 = (blockIdx.x * kWarps + warp) * kOutRows;
 
-  // Rows past N (the last block) read row N - 1 instead, so every load is in bounds and the
-  // loop has no branch; their results are simply not written.
+  // Weight row r of this warp: output feature row0 + r (for the gated kernel, r >= kOutRows
+  // is the up row of feature row0 + r - kOutRows, N rows further). Rows past N (the last
+  // block) read row N - 1 instead, so every load is in bounds and the loop has no branch;
+  // their results are simply not written.
   const T* w_rows[kRowsPerWarp];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
-    w_rows[r] = w + static_cast<int64_t>(min(row0 + r, N - 1)) * K;
+    const int feature = min(row0 + r % kOutRows, N - 1);
+    const int64_t w_row = r < kOutRows ? feature : static_cast<int64_t>(N) + feature;
+    w_rows[r] = w + w_row * K;
   }
 
   float acc[kRowsPerWarp][M];
@@ -181,31 +173,38 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
   if (lane == 0) {
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
+    for (int r = 0; r < kOutRows; ++r) {
       const int row = row0 + r;
       if (row >= N) continue;
       const float b = bias != nullptr ? to_float(bias[row]) : 0.0f;
+      const float b_up = kGated && bias != nullptr ? to_float(bias[N + row]) : 0.0f;
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         const int64_t at = static_cast<int64_t>(m) * N + row;
+        float y = acc[r][m] + b;
+        if constexpr (kGated) {
+          const float up = acc[r + kOutRows][m] + b_up;
+          y = y / (1.0f + __expf(-y)) * up;  // silu(gate) * up
+        }
         const float res = residual != nullptr ? to_float(residual[at]) : 0.0f;
-        out[at] = from_float<T>(acc[r][m] + b + res);
+        out[at] = from_float<T>(y + res);
       }
     }
   }
 }
 
-template <typename T, int M>
+template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, cudaStream_t stream) {
-  const int blocks = attn::ceil_div(N, kRowsPerBlock);
-  decode_linear_kernel<T, M><<<blocks, kThreads, 0, stream>>>(
+  const int features_per_block = kWarps * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
+  const int blocks = attn::ceil_div(N, features_per_block);
+  decode_linear_kernel<T, M, kGated><<<blocks, kThreads, 0, stream>>>(
       reinterpret_cast<const T*>(x.data_ptr()), reinterpret_cast<const T*>(w.data_ptr()), bias,
       residual, reinterpret_cast<T*>(out.data_ptr()), N, K);
-  attn::check_launch("decode_linear_kernel");
+  attn::check_launch(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel");
 }
 
-template <typename T>
+template <typename T, bool kGated>
 void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
             const std::optional<torch::Tensor>& residual, const torch::Tensor& out, int rows, int N,
             int K) {
@@ -213,27 +212,24 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
   const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   switch (rows) {
-    case 1: launch_rows<T, 1>(x, w, b, res, out, N, K, stream); break;
-    case 2: launch_rows<T, 2>(x, w, b, res, out, N, K, stream); break;
-    case 3: launch_rows<T, 3>(x, w, b, res, out, N, K, stream); break;
-    case 4: launch_rows<T, 4>(x, w, b, res, out, N, K, stream); break;
-    case 5: launch_rows<T, 5>(x, w, b, res, out, N, K, stream); break;
-    case 6: launch_rows<T, 6>(x, w, b, res, out, N, K, stream); break;
-    case 7: launch_rows<T, 7>(x, w, b, res, out, N, K, stream); break;
-    default: launch_rows<T, 8>(x, w, b, res, out, N, K, stream); break;
+    case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, stream); break;
+    case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, stream); break;
+    case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, stream); break;
+    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, stream); break;
+    case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, stream); break;
+    case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, stream); break;
+    case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, stream); break;
+    default: launch_rows<T, 8, kGated>(x, w, b, res, out, N, K, stream); break;
   }
 }
 
-bool aligned16(const torch::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-}
+using attn::aligned16;
 
-}  // namespace
-
-// x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
-// residual [..., N] like the output. Returns [..., N] in x's dtype.
-torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual) {
+// The two entries' shared checks and launch: `gated` halves the output features.
+torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
+                  const std::optional<torch::Tensor>& bias,
+                  const std::optional<torch::Tensor>& residual, bool gated) {
+  const char* entry = gated ? "decode_swiglu" : "decode_linear";
   attn::check_cuda_tensor(x, "x");
   attn::check_dtype(x, "x", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
   attn::check_same(weight, "weight", x, "x");
@@ -243,22 +239,28 @@ torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional
   attn::check_nonempty(x, "x");
   TORCH_CHECK_VALUE(x.dim() >= 1, "x must have at least one dimension.");
   const int64_t K = x.size(-1);
-  const int64_t N = weight.size(0);
+  const int64_t weight_rows = weight.size(0);
   const int64_t rows = x.numel() / K;
   TORCH_CHECK_VALUE(weight.size(1) == K, attn::str("weight is ", weight.sizes(), " but x has ", K,
                                                    " features in its last dimension."));
+  TORCH_CHECK_VALUE(!gated || weight_rows % 2 == 0,
+                    attn::str("decode_swiglu takes the gate and up weights stacked, [2 * width, ",
+                              K, "], but weight has ", weight_rows, " rows (an odd number)."));
+  const int64_t N = gated ? weight_rows / 2 : weight_rows;  // output features
   TORCH_CHECK_VALUE(rows >= 1 && rows <= kMaxRows,
-                    attn::str("decode_linear takes 1 to ", kMaxRows, " rows of x (a decode step); x has ",
+                    attn::str(entry, " takes 1 to ", kMaxRows, " rows of x (a decode step); x has ",
                               rows, ": use torch.nn.functional.linear."));
   TORCH_CHECK_VALUE((K * x.element_size()) % 16 == 0 && aligned16(x) && aligned16(weight),
-                    attn::str("decode_linear reads 16-byte pieces: in_features (", K,
+                    attn::str(entry, " reads 16-byte pieces: in_features (", K,
                               ") times the element size must be a multiple of 16 and x and weight "
                               "must start 16-byte aligned."));
-  TORCH_CHECK_VALUE(N <= INT32_MAX && K <= INT32_MAX, "decode_linear: the weight is too large.");
+  TORCH_CHECK_VALUE(weight_rows <= INT32_MAX && K <= INT32_MAX,
+                    attn::str(entry, ": the weight is too large."));
   if (bias.has_value()) {
     attn::check_same(*bias, "bias", x, "x");
     attn::check_contiguous(*bias, "bias");
-    TORCH_CHECK_VALUE(bias->numel() == N, attn::str("bias has ", bias->numel(), " elements; expected ", N, "."));
+    TORCH_CHECK_VALUE(bias->numel() == weight_rows, attn::str("bias has ", bias->numel(),
+                      " elements; expected ", weight_rows, " (one per row of weight)."));
   }
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = N;
@@ -272,10 +274,34 @@ torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor out = torch::empty(out_shape, x.options());
   const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
-  switch (x.scalar_type()) {
-    case torch::kFloat32: launch<float>(x, weight, bias, residual, out, m, n, k); break;
-    case torch::kFloat16: launch<__half>(x, weight, bias, residual, out, m, n, k); break;
-    default: launch<__nv_bfloat16>(x, weight, bias, residual, out, m, n, k); break;
+  const auto dispatch = [&](auto gated_flag) {
+    constexpr bool kGated = decltype(gated_flag)::value;
+    switch (x.scalar_type()) {
+      case torch::kFloat32: launch<float, kGated>(x, weight, bias, residual, out, m, n, k); break;
+      case torch::kFloat16: launch<__half, kGated>(x, weight, bias, residual, out, m, n, k); break;
+      default: launch<__nv_bfloat16, kGated>(x, weight, bias, residual, out, m, n, k); break;
+    }
+  };
+  if (gated) {
+    dispatch(std::true_type{});
+  } else {
+    dispatch(std::false_type{});
   }
   return out;
+}
+
+}  // namespace
+
+// x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
+// residual [..., N] like the output. Returns [..., N] in x's dtype.
+torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
+                            std::optional<torch::Tensor> residual) {
+  return run(x, weight, bias, residual, /*gated=*/false);
+}
+
+// SwiGLU's first half in one pass: weight [2 * width, K] holds the gate rows then the up rows
+// (bias [2 * width] likewise); returns silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width].
+torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
+                            std::optional<torch::Tensor> residual) {
+  return run(x, weight, bias, residual, /*gated=*/true);
 }

@@ -17,6 +17,20 @@ function (task7/hf_attention.py):
     decode_linear(x, weight, bias=None, residual=None) -> x @ weight.T (+ bias) (+ residual)
         the few-row products of a decode step (task 5's decode_linear.cu; not graded).
 
+and the fused kernels of a decode step (task5/fused.py, not graded):
+
+    add_norm(x, weight, bias=None, eps=1e-5, residual=None, rms=False) -> out | (out, x + residual)
+        LayerNorm / RMSNorm of x's rows, after the residual add when one is given.
+    rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos) -> q rotated [B, S, Hq, D]
+        RoPE on q [B, S, Hq, D] and k [B, S, Hkv, D] at positions current_pos + s (fp32
+        tables [max_len, D]), and the rotated k and v written into the caches.
+    decode_swiglu(x, weight, bias=None, residual=None) -> silu(gate) * up (+ residual)
+        [gate, up] = x @ weight.T (+ bias), weight the stacked [2 * width, K].
+
+Grouped-query attention: the caches may hold fewer heads than q (hidden_kv = H_kv * D, with
+H_q a multiple of H_kv); decode_attention and flash_attention then give query head h the KV
+head h // (H_q / H_kv), as Llama, Mistral and Qwen do.
+
 `current_pos` and `seq_len` are Python ints or CUDA int32 tensors read on the device, which
 is what lets a CUDA graph replay the decode step while the position advances in place.
 
@@ -46,6 +60,9 @@ class AttentionOps:
     decode_attention: Callable
     decode_attention_bhsd: Callable
     decode_linear: Callable
+    add_norm: Callable
+    rope_append: Callable
+    decode_swiglu: Callable
 
 
 # --- our kernels ------------------------------------------------------------------------
@@ -57,9 +74,51 @@ def kernel_ops() -> AttentionOps:
     # extensions (a CPU), and building them is needed only when they are used.
     task4 = importlib.import_module("task4.attention")
     task5 = importlib.import_module("task5.attention")
+    fused = importlib.import_module("task5.fused")
+
+    def decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal=False, out=None,
+                         num_splits=None):
+        if k_cache.shape[-1] == q.shape[-1]:   # as many KV heads as query heads: the course kernel
+            return task5.decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal, out,
+                                          num_splits)
+        # Grouped-query: the per-head views of the caches, the grouped decode kernel, with the
+        # length read on the device when it is a tensor (CUDA graphs).
+        q_heads, k_heads, v_heads = _head_views(q, k_cache, v_cache, num_heads)
+        lengths = seq_len if isinstance(seq_len, torch.Tensor) else None
+        if lengths is None:
+            k_heads, v_heads = k_heads[:, :, :seq_len], v_heads[:, :, :seq_len]
+        o = task5.decode_attention_grouped(q_heads, k_heads, v_heads, key_lengths=lengths,
+                                           num_splits=num_splits)
+        return _finish(o.transpose(1, 2).reshape(q.shape), out)
+
     return AttentionOps("kernels", task5.allocate_kv_cache, task5.update_kv_cache,
-                        task4.flash_attention, task5.decode_attention, task5.decode_attention_bhsd,
-                        task5.decode_linear)
+                        task4.flash_attention, decode_attention, task5.decode_attention_bhsd,
+                        task5.decode_linear, fused.add_norm, fused.rope_append,
+                        fused.decode_swiglu)
+
+
+def _head_views(q, k_cache, v_cache, num_heads):
+    """q [B, 1, H_q * D] and the caches [B, L, H_kv * D] as [B, H, S, D] views (no copies)."""
+    head_dim = q.shape[-1] // num_heads
+    kv_heads = k_cache.shape[-1] // head_dim
+    if num_heads <= 0 or q.shape[-1] % num_heads or k_cache.shape[-1] % head_dim \
+            or num_heads % max(kv_heads, 1):
+        raise ValueError(f"q has {q.shape[-1]} features for {num_heads} heads and the caches "
+                         f"{k_cache.shape[-1]}: the caches must hold H_kv heads of the same "
+                         "head_dim, H_kv dividing the number of query heads.")
+
+    def heads(t, count):  # [B, S, count * D] -> [B, count, S, D], a view
+        return t.view(t.shape[0], t.shape[1], count, head_dim).transpose(1, 2)
+
+    return heads(q, num_heads), heads(k_cache, kv_heads), heads(v_cache, kv_heads)
+
+
+def _repeat_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """k, v [B, H_kv, S, D] repeated to q's H_q heads (query head h reads KV head h // group)."""
+    group = q.shape[1] // k.shape[1]
+    if group == 1:
+        return k, v
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
 # --- the same in plain PyTorch ------------------------------------------------------------
@@ -91,6 +150,7 @@ def _finish(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
 
 
 def _torch_flash_attention(q, k, v, causal=False, out=None):
+    k, v = _repeat_kv(q, k, v)
     return _finish(F.scaled_dot_product_attention(q, k, v, is_causal=causal), out)
 
 
@@ -108,19 +168,14 @@ def _torch_decode_attention_bhsd(q, k, v, seq_len, causal=False, out=None, num_s
     keep = _visible_keys(seq_len, k.shape[2], k.device)
     if keep is None:
         k, v = k[:, :, :seq_len], v[:, :, :seq_len]
+    k, v = _repeat_kv(q, k, v)
     return _finish(F.scaled_dot_product_attention(q, k, v, attn_mask=keep), out)
 
 
 def _torch_decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal=False, out=None,
                             num_splits=None):
-    batch, _, hidden = q.shape
-    head_dim = hidden // num_heads
-
-    def heads(t):  # [B, S, hidden] -> [B, H, S, D], a view
-        return t.view(t.shape[0], t.shape[1], num_heads, head_dim).transpose(1, 2)
-
-    o = _torch_decode_attention_bhsd(heads(q), heads(k_cache), heads(v_cache), seq_len)
-    return _finish(o.transpose(1, 2).reshape(batch, 1, hidden), out)
+    o = _torch_decode_attention_bhsd(*_head_views(q, k_cache, v_cache, num_heads), seq_len)
+    return _finish(o.transpose(1, 2).reshape(q.shape), out)
 
 
 def _torch_decode_linear(x, weight, bias=None, residual=None):
@@ -128,12 +183,37 @@ def _torch_decode_linear(x, weight, bias=None, residual=None):
     return out if residual is None else out + residual
 
 
+def _torch_rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos):
+    """RoPE in the rotate-half form (task6/rope.py) at positions current_pos + s, computed
+    as task 6's apply_rope does (x * cos, then the two addcmuls), and the cache write."""
+    seq, half = q.shape[1], q.shape[-1] // 2
+    if isinstance(current_pos, torch.Tensor):
+        rows = current_pos.reshape(()).long() + torch.arange(seq, device=cos.device)
+        cos, sin = cos.index_select(0, rows), sin.index_select(0, rows)
+    else:
+        cos, sin = cos[current_pos:current_pos + seq], sin[current_pos:current_pos + seq]
+    cos = cos.to(q.dtype)[None, :, None, :]
+    sin = sin.to(q.dtype)[None, :, None, :half]
+
+    def rotate(x):
+        out = x * cos
+        out[..., :half].addcmul_(x[..., half:], sin, value=-1.0)
+        out[..., half:].addcmul_(x[..., :half], sin)
+        return out
+
+    _torch_update_kv_cache(k_cache, v_cache, rotate(k).flatten(2), v.flatten(2), current_pos)
+    return rotate(q)
+
+
 @cache
 def torch_ops() -> AttentionOps:
     """The same operations with PyTorch's scaled_dot_product_attention (any device)."""
+    from task5.fused import torch_add_norm, torch_swiglu
+
     return AttentionOps("torch", _torch_allocate_kv_cache, _torch_update_kv_cache,
                         _torch_flash_attention, _torch_decode_attention,
-                        _torch_decode_attention_bhsd, _torch_decode_linear)
+                        _torch_decode_attention_bhsd, _torch_decode_linear, torch_add_norm,
+                        _torch_rope_append, torch_swiglu)
 
 
 BACKENDS = ("auto", "kernels", "torch")

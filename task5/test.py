@@ -6,6 +6,9 @@
     python -m task5.test --small         # tiny shapes, quick: what compute-sanitizer runs
     python -m task5.test --course        # the course protocol: TTFT and TBT speedups
     python -m task5.test --decode        # the decode kernel alone: GB/s, vs SDPA, fp16
+    python -m task5.test --gqa --fused   # beyond the course: GQA and variants in decode
+                                         # (task5/variants_checks.py), the fused decode
+                                         # kernels (task5/fused_checks.py)
 
 Course protocol: hidden 4096, 32 heads, max_seq_len 2048, B 16, nn.MultiheadAttention weights
 seeded with 42, causal; prefill 1024 tokens (task 4's kernel; TTFT), then 100 decode steps,
@@ -59,6 +62,7 @@ from task5.attention import (
 )
 from task5.manifest import (COPY_GBPS, SHORT_DECODE_SHAPES, TBT_SPEEDUP, TTFT_SPEEDUP,
                              decode_prefix)
+from task5.fused_checks import GROUPS as FUSED_GROUPS
 from task5.variants_checks import GROUPS as VARIANT_GROUPS
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -857,9 +861,10 @@ def _decode_shape(batch, heads, ctx, head_dim, *, copy_gbps, num_sms, gen, devic
     return checks, metrics
 
 
-# The course's groups, then the attention variants (task5/variants_checks.py).
+# The course's groups, then the attention variants (task5/variants_checks.py) and the fused
+# decode kernels (task5/fused_checks.py).
 GROUPS = {"kernels": kernels_group, "inputs": inputs_group, "small": small_group,
-          "course": course_group, "decode": decode_group, **VARIANT_GROUPS}
+          "course": course_group, "decode": decode_group, **VARIANT_GROUPS, **FUSED_GROUPS}
 
 
 def main(argv=None) -> int:

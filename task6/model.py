@@ -7,6 +7,10 @@ nanoGPT-style, one file, top to bottom:
     Attention:  q, k, v = biased projections of x; RoPE on q and k; attention; biased o_proj
     MLP (SwiGLU, width 4 * hidden):  down(silu(gate(x)) * up(x))
 
+style="llama" is the same code as Llama, Mistral and Qwen configure it: RMSNorm instead of
+LayerNorm, no biases, and grouped-query attention with num_kv_heads < num_heads (query head
+h reads KV head h // (num_heads / num_kv_heads); the cache holds num_kv_heads heads).
+
 Inference has two phases, and every call says which one it is by its input:
 
   * prefill: the whole prompt, tokens [B, S] (no cache, or a fresh one). The K and V of every
@@ -20,6 +24,13 @@ Inference has two phases, and every call says which one it is by its input:
 The cache is one (k_cache, v_cache) pair per layer, each [B, max_len, hidden] (token-major,
 heads interleaved in hidden, as task 5 lays it out), allocated once per generation and written
 in place, never re-allocated. RoPE is applied before the write, so it holds rotated keys.
+
+Fused decode (fused_decode=True, the default, on our kernels): a decode step's small kernels
+are merged (task5/fused.py): the norms run on one kernel each, RoPE on q and k and the cache
+write of k and v on one (reading the position on the device), and the MLP's gate and up
+products with silu(gate) * up on one pass of the streamed weights. Same math; fewer launches,
+each of which costs a few microseconds even inside a CUDA graph. fused_decode=False runs the
+course's path (attend_custom below, task 6's apply_rope), which the tests check as well.
 
 attention="torch" runs the same model on plain PyTorch (F.scaled_dot_product_attention and
 tensor writes into the cache): the reference the tests compare against, and the path that
@@ -40,6 +51,8 @@ from task5.ops import AttentionOps, kernel_ops, torch_ops
 from task6.rope import RotaryEmbedding, apply_rope
 
 BACKENDS = ("custom", "torch")
+STYLES = ("gpt", "llama")   # LayerNorm + biases (the course model), or RMSNorm, no biases, GQA
+NORM_EPS = 1e-5
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # one (k_cache, v_cache) per layer
 
@@ -58,8 +71,10 @@ class StepInfo:
     decode: bool                       # one token against the cache, or a prefill
     current_pos: int | torch.Tensor    # cache position of this call's first token
     seq_len: int | torch.Tensor        # tokens in the cache once this call's are written
-    cos: torch.Tensor                  # [S, head_dim] RoPE tables at this call's positions
-    sin: torch.Tensor
+    rope: RotaryEmbedding              # the whole RoPE tables (the fused kernel indexes them)
+    cos: torch.Tensor | None           # [S, head_dim] RoPE tables at this call's positions
+    sin: torch.Tensor | None           # (None on the fused decode path, which needs neither)
+    fused: bool = False                # a decode step on our fused kernels (task5/fused.py)
 
 
 def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
@@ -73,41 +88,65 @@ def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
     return out if residual is None else out + residual
 
 
+def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor, step: StepInfo) -> torch.Tensor:
+    """layer(x): on the fused decode path, task 5's norm kernel (one read of x, fp32 sums)."""
+    if step.fused:
+        rms = isinstance(layer, nn.RMSNorm)
+        return kernels().add_norm(x, layer.weight, None if rms else layer.bias, layer.eps, rms=rms)
+    return layer(x)
+
+
+def make_norm(hidden_dim: int, style: str) -> nn.Module:
+    return nn.RMSNorm(hidden_dim, eps=NORM_EPS) if style == "llama" else nn.LayerNorm(hidden_dim, eps=NORM_EPS)
+
+
 class Attention(nn.Module):
-    def __init__(self, hidden_dim: int, num_heads: int):
+    def __init__(self, hidden_dim: int, num_heads: int, num_kv_heads: int, bias: bool = True):
         super().__init__()
-        self.num_heads = num_heads
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_dim = hidden_dim // num_heads
-        # q, k and v projections stacked in one biased Linear (nanoGPT's c_attn): a decode
-        # step is bound by reading weights, and one large matrix product reads them closer to
-        # the memory bandwidth than three small ones, with two launches fewer.
-        self.qkv_proj = nn.Linear(hidden_dim, 3 * hidden_dim)
-        self.o_proj = nn.Linear(hidden_dim, hidden_dim)
+        # q, k and v projections stacked in one Linear (nanoGPT's c_attn): a decode step is
+        # bound by reading weights, and one large matrix product reads them closer to the
+        # memory bandwidth than three small ones, with two launches fewer. With GQA, k and v
+        # have num_kv_heads heads each.
+        qkv_features = (num_heads + 2 * num_kv_heads) * self.head_dim
+        self.qkv_proj = nn.Linear(hidden_dim, qkv_features, bias=bias)
+        self.o_proj = nn.Linear(hidden_dim, hidden_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
         """residual + o_proj(attention(x))."""
         batch, seq, _ = x.shape
-        heads = self.num_heads
-        qkv = linear(self.qkv_proj, x, step).view(batch, seq, 3 * heads, self.head_dim)
+        heads, kv_heads = self.num_heads, self.num_kv_heads
+        qkv = linear(self.qkv_proj, x, step).view(batch, seq, heads + 2 * kv_heads, self.head_dim)
+        if step.fused:
+            # One kernel rotates q and k and writes k and v into the cache; then the decode.
+            ops = kernels()
+            q = ops.rope_append(qkv[:, :, :heads], qkv[:, :, heads:heads + kv_heads],
+                                qkv[:, :, heads + kv_heads:], k_cache, v_cache, step.rope.cos,
+                                step.rope.sin, step.current_pos)
+            out = ops.decode_attention(q.view(batch, 1, heads * self.head_dim), k_cache, v_cache,
+                                       heads, step.seq_len)
+            return linear(self.o_proj, out, step, residual)
         # RoPE on the q and k heads together (one rotation, 3 kernels, for both); k is rotated
         # before it is cached. q, k, v are views [B, S, heads, head_dim] whose rows are 2 or 3
         # hidden apart: every kernel below takes strides, as long as the last dim is contiguous.
-        qk = apply_rope(qkv[:, :, :2 * heads], step.cos, step.sin)
-        q, k, v = qk[:, :, :heads], qk[:, :, heads:], qkv[:, :, 2 * heads:]
+        qk = apply_rope(qkv[:, :, :heads + kv_heads], step.cos, step.sin)
+        q, k, v = qk[:, :, :heads], qk[:, :, heads:], qkv[:, :, heads + kv_heads:]
         attend = self.attend_custom if step.backend == "custom" else self.attend_torch
         return linear(self.o_proj, attend(q, k, v, k_cache, v_cache, step), step, residual)
 
     def attend_custom(self, q, k, v, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
         """Write k, v into the cache and attend, on task 4's and task 5's kernels.
 
-        q, k, v: [B, S, heads, head_dim] views with a contiguous last dim (k already rotated).
+        q: [B, S, heads, head_dim]; k, v: [B, S, kv_heads, head_dim] (kv_heads == heads but
+        for grouped-query attention); views with a contiguous last dim (k already rotated).
         Returns [B, S, hidden].
         """
         # BEGIN SOLUTION
         # HINT: ops = kernels() holds the entry points. Both phases first write the new keys
         # HINT: and values into the cache at step.current_pos with ops.update_kv_cache (k, v as
-        # HINT: [B, S, hidden] views).
+        # HINT: [B, S, kv_heads * head_dim] views: k.flatten(2)).
         # HINT: Decode (step.decode, S == 1): ops.decode_attention(q as [B, 1, hidden], k_cache,
         # HINT: v_cache, self.num_heads, step.seq_len) attends to the first step.seq_len cached
         # HINT: tokens and returns [B, 1, hidden].
@@ -117,8 +156,7 @@ class Attention(nn.Module):
         ops = kernels()
         batch, seq, heads, head_dim = q.shape
         hidden = heads * head_dim
-        ops.update_kv_cache(k_cache, v_cache, k.view(batch, seq, hidden),
-                            v.view(batch, seq, hidden), step.current_pos)
+        ops.update_kv_cache(k_cache, v_cache, k.flatten(2), v.flatten(2), step.current_pos)
         if step.decode:
             # The new token is the last one in the cache, so every cached token is in its past:
             # no mask is needed (causal=False), only the length, read on the device when it
@@ -143,8 +181,7 @@ class Attention(nn.Module):
         ops = torch_ops()
         batch, seq, heads, head_dim = q.shape
         hidden = heads * head_dim
-        ops.update_kv_cache(k_cache, v_cache, k.view(batch, seq, hidden),
-                            v.view(batch, seq, hidden), step.current_pos)
+        ops.update_kv_cache(k_cache, v_cache, k.flatten(2), v.flatten(2), step.current_pos)
         if step.decode:
             return ops.decode_attention(q.view(batch, 1, hidden), k_cache, v_cache, heads,
                                         step.seq_len)
@@ -165,21 +202,25 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
         """residual + down(silu(gate(x)) * up(x))."""
-        gate, up = linear(self.gate_up_proj, x, step).chunk(2, dim=-1)
-        return linear(self.down_proj, F.silu(gate) * up, step, residual)
+        if step.fused:   # gate, up and silu(gate) * up in one pass over the stacked weights
+            hidden = kernels().decode_swiglu(x, self.gate_up_proj.weight, self.gate_up_proj.bias)
+        else:
+            gate, up = linear(self.gate_up_proj, x, step).chunk(2, dim=-1)
+            hidden = F.silu(gate) * up
+        return linear(self.down_proj, hidden, step, residual)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, hidden_dim: int, num_heads: int):
+    def __init__(self, hidden_dim: int, num_heads: int, num_kv_heads: int, style: str = "gpt"):
         super().__init__()
-        self.ln1 = nn.LayerNorm(hidden_dim)
-        self.attn = Attention(hidden_dim, num_heads)
-        self.ln2 = nn.LayerNorm(hidden_dim)
+        self.ln1 = make_norm(hidden_dim, style)
+        self.attn = Attention(hidden_dim, num_heads, num_kv_heads, bias=style == "gpt")
+        self.ln2 = make_norm(hidden_dim, style)
         self.mlp = MLP(hidden_dim)
 
     def forward(self, x, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
-        x = self.attn(self.ln1(x), k_cache, v_cache, step, residual=x)    # x + attn(ln1(x))
-        return self.mlp(self.ln2(x), step, residual=x)                   # x + mlp(ln2(x))
+        x = self.attn(norm(self.ln1, x, step), k_cache, v_cache, step, residual=x)  # x + attn(ln1(x))
+        return self.mlp(norm(self.ln2, x, step), step, residual=x)                 # x + mlp(ln2(x))
 
 
 class customModel(nn.Module):
@@ -189,17 +230,28 @@ class customModel(nn.Module):
     any device); `model.attention_backend` switches it later, on the same weights.
     device="meta" builds the shapes only (no memory), e.g. to count the parameters. Choose the
     dtype here: model.half() or .to(dtype) afterwards would also round the RoPE tables.
+    style: "gpt" (LayerNorm, biases: the course model) or "llama" (RMSNorm, no biases);
+    num_kv_heads: the K/V heads (default num_heads; fewer is grouped-query attention).
+    fused_decode: decode steps on our fused kernels (module docstring); `model.fused_decode`
+    switches it later.
     """
 
     def __init__(self, hidden_dim: int, num_heads: int, num_layers: int, vocab_size: int,
                  max_seq_len: int = 4096, attention: str = "custom", *, device=None,
-                 dtype: torch.dtype = torch.float32, seed: int = 0):
+                 dtype: torch.dtype = torch.float32, seed: int = 0, style: str = "gpt",
+                 num_kv_heads: int | None = None, fused_decode: bool = True):
         super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         for name, value in (("hidden_dim", hidden_dim), ("num_heads", num_heads),
                             ("num_layers", num_layers), ("vocab_size", vocab_size),
-                            ("max_seq_len", max_seq_len)):
-            if not isinstance(value, int) or value < 1:
+                            ("max_seq_len", max_seq_len), ("num_kv_heads", num_kv_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int (got {value!r}).")
+        if style not in STYLES:
+            raise ValueError(f"style must be one of {STYLES} (got {style!r}).")
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_kv_heads {num_kv_heads} must divide num_heads {num_heads} "
+                             "(each KV head serves a group of query heads).")
         if hidden_dim % num_heads != 0:
             raise ValueError(f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}.")
         if (hidden_dim // num_heads) % 2 != 0:
@@ -209,7 +261,9 @@ class customModel(nn.Module):
             raise TypeError(f"dtype must be float32, float16 or bfloat16 (float64 too, for "
                             f"references on the torch path), got {dtype}.")
         self.hidden_dim, self.num_heads, self.num_layers = hidden_dim, num_heads, num_layers
+        self.num_kv_heads, self.style, self.fused_decode = num_kv_heads, style, bool(fused_decode)
         self.head_dim = hidden_dim // num_heads
+        self.kv_hidden = num_kv_heads * self.head_dim   # features of a cache row
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
         self.attention_backend = attention
         device = torch.device(device) if device is not None else torch.device("cpu")
@@ -219,9 +273,9 @@ class customModel(nn.Module):
         # of the course model are drawn once, on the GPU, never initialised on the CPU first.
         with torch.device("meta"):
             self.embed = nn.Embedding(vocab_size, hidden_dim)
-            self.layers = nn.ModuleList(DecoderLayer(hidden_dim, num_heads)
+            self.layers = nn.ModuleList(DecoderLayer(hidden_dim, num_heads, num_kv_heads, style)
                                         for _ in range(num_layers))
-            self.ln_f = nn.LayerNorm(hidden_dim)
+            self.ln_f = make_norm(hidden_dim, style)
             self.lm_head = nn.Linear(hidden_dim, vocab_size, bias=False)
         self.to(dtype=dtype)
         self.to_empty(device=device)
@@ -235,15 +289,16 @@ class customModel(nn.Module):
     def _init_weights(self, seed: int) -> None:
         """GPT-2's init: N(0, 0.02), residual projections (o_proj, down_proj) scaled by
         1/sqrt(2 * num_layers) so the residual stream does not grow with depth. Biases are
-        drawn too (not zero), so a bias dropped somewhere shows in the tests; LayerNorms start
-        as the identity."""
+        drawn too (not zero), so a bias dropped somewhere shows in the tests; norms start as
+        the identity."""
         gen = torch.Generator(device=self.embed.weight.device)
         gen.manual_seed(seed)
         residual_std = 0.02 / math.sqrt(2 * self.num_layers)
         for name, module in self.named_modules():
-            if isinstance(module, nn.LayerNorm):
+            if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.weight.fill_(1.0)
-                module.bias.zero_()
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
             elif isinstance(module, (nn.Linear, nn.Embedding)):
                 std = residual_std if name.endswith(("o_proj", "down_proj")) else 0.02
                 module.weight.normal_(0.0, std, generator=gen)
@@ -276,7 +331,8 @@ class customModel(nn.Module):
         return self.embed.weight.dtype
 
     def allocate_kv_cache(self, batch: int, max_len: int | None = None) -> KVCache:
-        """One (k_cache, v_cache) per layer, each [batch, max_len, hidden]: once per generation.
+        """One (k_cache, v_cache) per layer, each [batch, max_len, kv_hidden] (kv_hidden =
+        num_kv_heads * head_dim: hidden, but for grouped-query attention): once per generation.
 
         The custom path allocates through task 5; the torch path with zeros (its CUDA-graph
         decode reads the unwritten tail under a mask, which must not be NaN).
@@ -288,7 +344,7 @@ class customModel(nn.Module):
         if batch < 1:
             raise ValueError(f"batch must be >= 1 (got {batch}).")
         ops = kernels() if self.attention_backend == "custom" else torch_ops()
-        return [ops.allocate_kv_cache(batch, max_len, self.hidden_dim, self.dtype, self.device)
+        return [ops.allocate_kv_cache(batch, max_len, self.kv_hidden, self.dtype, self.device)
                 for _ in range(self.num_layers)]
 
     # --- the forward pass -------------------------------------------------------------------
@@ -316,13 +372,14 @@ class customModel(nn.Module):
             # decode step: decode steps feed back ids that argmax chose, always in range.
             self._check_token_range(tokens)
 
-        cos, sin = self.rope.at(current_pos, seq, self.dtype)
+        fused = decode and self.fused_decode and self.attention_backend == "custom"
+        cos, sin = (None, None) if fused else self.rope.at(current_pos, seq, self.dtype)
         step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=current_pos,
-                        seq_len=current_pos + seq, cos=cos, sin=sin)
+                        seq_len=current_pos + seq, rope=self.rope, cos=cos, sin=sin, fused=fused)
         x = self.embed(tokens)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             x = layer(x, k_cache, v_cache, step)
-        x = self.ln_f(x)
+        x = norm(self.ln_f, x, step)
         if last_logits_only:
             x = x[:, -1:]
         return linear(self.lm_head, x, step), kv_cache
@@ -367,10 +424,10 @@ class customModel(nn.Module):
                 raise ValueError(f"kv_cache[{i}] must be a (k_cache, v_cache) pair.")
             for name, t in zip(("k_cache", "v_cache"), pair, strict=True):
                 if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[0] != batch \
-                        or t.shape[2] != self.hidden_dim:
+                        or t.shape[2] != self.kv_hidden:
                     shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-                    raise ValueError(f"kv_cache[{i}] {name} must be [batch {batch}, max_len, hidden "
-                                     f"{self.hidden_dim}] but is {shape}.")
+                    raise ValueError(f"kv_cache[{i}] {name} must be [batch {batch}, max_len, "
+                                     f"kv_hidden {self.kv_hidden}] but is {shape}.")
                 if t.dtype != self.dtype:
                     raise TypeError(f"kv_cache[{i}] {name} has dtype {t.dtype} but the model "
                                     f"computes in {self.dtype}; allocate it with model.allocate_kv_cache.")

@@ -21,7 +21,7 @@ def test_module_imports_without_building_the_extension():
                  "allocate_kv_cache", "choose_num_splits", "CustomFlashAttention"):
         assert callable(getattr(attention, name))
     assert set(task5_test.GROUPS) == {"kernels", "inputs", "small", "course", "decode",
-                                      "gqa-small", "gqa", "gqa-bench"}
+                                      "gqa-small", "gqa", "gqa-bench", "fused-small", "fused"}
 
 
 def test_split_heuristic_fills_the_gpu_without_tiny_splits():
@@ -98,6 +98,14 @@ def test_task5_small():
 @pytest.mark.gpu
 def test_task5_bad_inputs_raise():
     checks, _ = task5_test.inputs_group()
+    assert_checks(checks)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", ["fused-small", "fused"])
+def test_task5_fused_decode_kernels(group):
+    """Norm, RoPE + cache append and SwiGLU kernels against float64 and their PyTorch twins."""
+    checks, _ = task5_test.GROUPS[group]()
     assert_checks(checks)
 
 

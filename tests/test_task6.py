@@ -16,6 +16,7 @@ from common.checks import assert_checks, poison_, relative_error
 from task6 import test as task6_test
 from task6.generate import generate
 from task6.model import customModel
+from task5.ops import torch_ops
 from task6.rope import RotaryEmbedding, apply_rope, rope_tables, rotate_half
 
 TINY = task6_test.TINY[1]   # hidden 128, 2 heads (head_dim 64), 2 layers, vocab 97
@@ -251,10 +252,11 @@ class FakeKernels:
         self.calls: list[str] = []
 
     def flash_attention(self, q, k, v, causal=False, out=None):
-        assert q.dim() == 4 and q.shape == k.shape == v.shape and causal
+        assert q.dim() == 4 and k.shape == v.shape and causal
+        assert q.shape[0] == k.shape[0] and q.shape[2:] == k.shape[2:] and q.shape[1] % k.shape[1] == 0
         assert all(t.stride(-1) == 1 for t in (q, k, v)), "the last dim must be contiguous"
         self.calls.append("flash_attention")
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True).contiguous()
+        return torch_ops().flash_attention(q, k, v, causal=True)
 
     def allocate_kv_cache(self, batch, max_seq_len, hidden, dtype, device):
         # NaN-filled: a read of a position that was never written shows up in the logits.
@@ -284,12 +286,27 @@ class FakeKernels:
         assert one == 1 and q.stride(-1) == 1
         n = self._position(seq_len)
         self.calls.append("decode_attention")
+        # Only the first n cached positions exist (the rest is NaN).
+        return torch_ops().decode_attention(q, k_cache[:, :n], v_cache[:, :n], num_heads, n)
 
-        def heads(t):
-            return t.view(batch, -1, num_heads, hidden // num_heads).transpose(1, 2)
+    # The fused kernels of a decode step (task5/fused.py), on their PyTorch twins.
+    def add_norm(self, x, weight, bias=None, eps=1e-5, residual=None, rms=False):
+        assert x.is_contiguous() and residual is None
+        self.calls.append("add_norm")
+        return torch_ops().add_norm(x, weight, bias, eps, residual, rms)
 
-        o = F.scaled_dot_product_attention(heads(q), heads(k_cache[:, :n]), heads(v_cache[:, :n]))
-        return o.transpose(1, 2).reshape(batch, 1, hidden)
+    def rope_append(self, q, k, v, k_cache, v_cache, cos, sin, current_pos):
+        pos = self._position(current_pos)
+        assert q.dim() == k.dim() == v.dim() == 4 and k.shape == v.shape and q.shape[1] == 1
+        assert cos.dtype == sin.dtype == torch.float32 and cos.shape[1] == q.shape[-1]
+        assert 0 <= pos < min(k_cache.shape[1], cos.shape[0])
+        self.calls.append("rope_append")
+        return torch_ops().rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos).contiguous()
+
+    def decode_swiglu(self, x, weight, bias=None, residual=None):
+        assert x.numel() // x.shape[-1] <= 8 and weight.shape[0] % 2 == 0
+        self.calls.append("decode_swiglu")
+        return torch_ops().decode_swiglu(x, weight, bias, residual)
 
     def decode_linear(self, x, weight, bias=None, residual=None):
         # Only in decode steps (a few rows); not logged, so `calls` lists the attention only.
@@ -307,7 +324,9 @@ def fake_kernels(monkeypatch):
 
 
 def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
+    """The course's path (fused_decode=False): the student's attend_custom in both phases."""
     model = tiny_model()
+    model.fused_decode = False
     prompt = tokens(2, 9)
     ref_tokens, ref_logits = generate(model, prompt, 5, return_logits=True)
     model.attention_backend = "custom"
@@ -319,14 +338,110 @@ def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
     assert fake_kernels.calls[2 * per_layer:] == ["update_kv_cache", "decode_attention"] * per_layer * 4
 
 
-def test_custom_branch_decodes_with_a_position_tensor(fake_kernels):
+def test_fused_decode_calls_the_fused_kernels(fake_kernels):
+    """The default decode on our kernels: per layer one norm, RoPE + cache append, the
+    decode, one norm, SwiGLU (plus the final norm); the prefill is the course's path."""
+    model = tiny_model()
+    prompt = tokens(2, 9)
+    ref_tokens, ref_logits = generate(model, prompt, 5, return_logits=True)
+    model.attention_backend = "custom"
+    new, logits = generate(model, prompt, 5, return_logits=True)
+    assert torch.equal(new, ref_tokens)
+    assert relative_error(logits, ref_logits.double()) < 1e-5
+    per_layer = TINY.layers
+    assert fake_kernels.calls[:2 * per_layer] == ["update_kv_cache", "flash_attention"] * per_layer
+    step = ["add_norm", "rope_append", "decode_attention", "add_norm", "decode_swiglu"] * per_layer
+    assert fake_kernels.calls[2 * per_layer:] == (step + ["add_norm"]) * 4
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_custom_branch_decodes_with_a_position_tensor(fake_kernels, fused):
     model = tiny_model(attention="custom")
+    model.fused_decode = fused
     seq = tokens(2, 7)
     full, _ = model(seq)
     cache = model.allocate_kv_cache(2, 7)
     model(seq[:, :4], cache)
     steps = [model(seq[:, i:i + 1], cache, torch.tensor(i, dtype=torch.int32))[0] for i in range(4, 7)]
     assert relative_error(torch.cat(steps, dim=1), full[:, 4:].double()) < 1e-5
+
+
+# --- the Llama-style configuration: RMSNorm, no biases, grouped-query attention -------------------
+
+def llama_model(attention="torch", dtype=torch.float32) -> customModel:
+    return customModel(128, 4, 2, 97, max_seq_len=64, attention=attention, dtype=dtype,
+                       style="llama", num_kv_heads=2)
+
+
+def test_llama_style_has_rmsnorm_no_biases_and_a_grouped_cache():
+    model = llama_model()
+    assert isinstance(model.layers[0].ln1, torch.nn.RMSNorm) and isinstance(model.ln_f, torch.nn.RMSNorm)
+    assert not [n for n, _ in model.named_parameters() if n.endswith("bias")]
+    assert model.layers[0].attn.qkv_proj.weight.shape == ((4 + 2 * 2) * 32, 128)
+    k_cache, v_cache = model.allocate_kv_cache(2, 10)[0]
+    assert k_cache.shape == v_cache.shape == (2, 10, 2 * 32)
+    with pytest.raises(ValueError, match="num_kv_heads 3 must divide num_heads 4"):
+        customModel(128, 4, 1, 97, num_kv_heads=3)
+    with pytest.raises(ValueError, match="style"):
+        customModel(128, 4, 1, 97, style="mistral")
+
+
+def test_llama_style_attention_is_grouped_query_attention():
+    """The torch path's GQA equals attention with each KV head repeated for its query group,
+    and a prefill equals decoding token by token through the grouped cache."""
+    model = llama_model()
+    seq = tokens(2, 8)
+    full, _ = model(seq)
+    cache = model.allocate_kv_cache(2, 8)
+    model(seq[:, :5], cache)
+    steps = [model(seq[:, i:i + 1], cache, i)[0] for i in range(5, 8)]
+    assert relative_error(torch.cat(steps, dim=1), full[:, 5:].double()) < 1e-5
+    q, k, v = torch.randn(2, 4, 6, 32), torch.randn(2, 2, 6, 32), torch.randn(2, 2, 6, 32)
+    repeated = F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                              is_causal=True)
+    assert torch.allclose(torch_ops().flash_attention(q, k, v, causal=True), repeated)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_llama_style_runs_through_the_custom_branch(fake_kernels, fused):
+    model = llama_model()
+    model.fused_decode = fused
+    prompt = tokens(2, 9)
+    ref_tokens, ref_logits = generate(model, prompt, 5, return_logits=True)
+    model.attention_backend = "custom"
+    new, logits = generate(model, prompt, 5, return_logits=True)
+    assert torch.equal(new, ref_tokens)
+    assert relative_error(logits, ref_logits.double()) < 1e-5
+    assert ("rope_append" in fake_kernels.calls) == fused
+
+
+# --- the fused kernels' PyTorch twins (task5/ops.py): what the kernels are tested against ---------
+
+def test_rope_append_twin_is_task6_rope_and_the_cache_write():
+    rope = RotaryEmbedding(32, 20)
+    q, k, v = torch.randn(2, 3, 4, 32), torch.randn(2, 3, 2, 32), torch.randn(2, 3, 2, 32)
+    caches = [torch.zeros(2, 20, 64) for _ in range(2)]
+    for pos in (5, torch.tensor(5, dtype=torch.int32)):
+        for c in caches:
+            c.zero_()
+        q_rot = torch_ops().rope_append(q, k, v, *caches, rope.cos, rope.sin, pos)
+        cos, sin = rope.at(5, 3, torch.float32)
+        assert torch.equal(q_rot, apply_rope(q, cos, sin))
+        assert torch.equal(caches[0][:, 5:8], apply_rope(k, cos, sin).flatten(2))
+        assert torch.equal(caches[1][:, 5:8], v.flatten(2))
+        assert not caches[0][:, :5].any() and not caches[0][:, 8:].any()
+
+
+def test_norm_and_swiglu_twins():
+    x, r, w, b = torch.randn(3, 64), torch.randn(3, 64), torch.randn(64), torch.randn(64)
+    out, h = torch_ops().add_norm(x, w, b, 1e-5, residual=r)
+    assert torch.equal(h, x + r) and torch.allclose(out, F.layer_norm(x + r, (64,), w, b, 1e-5))
+    rms = torch_ops().add_norm(x, w, None, 1e-6, rms=True)
+    expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    assert torch.allclose(rms, expected, atol=1e-6)
+    weight = torch.randn(2 * 16, 64)
+    gate, up = x @ weight[:16].T, x @ weight[16:].T
+    assert torch.allclose(torch_ops().decode_swiglu(x, weight), F.silu(gate) * up, atol=1e-6)
 
 
 # --- task6.test's pieces that need no GPU ---------------------------------------------------------

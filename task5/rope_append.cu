@@ -1,0 +1,219 @@
+// RoPE and the KV-cache append in one kernel: q and k rotated, k and v written into the cache.
+//
+// Not part of the graded course: task 6's model calls it in its decode steps, in place of
+// task 6's apply_rope (3 kernels, on q and k together) plus task 5's update_kv_cache (1), and
+// of the per-step gathers of the cos/sin rows (the position is read here, on the device).
+// The PyTorch twin in task5/ops.py is the reference its tests compare against.
+//
+// The idea. At position p, RoPE rotates point i = (x[i], x[i + D/2]) of a head vector by the
+// angle p * theta_i (rotate-half form; task6/rope.py explains it):
+//     y[i]       = x[i] cos - x[i + D/2] sin
+//     y[i + D/2] = x[i + D/2] cos + x[i] sin
+// One thread per point of one head of one token: the q heads are rotated into q_out, the k
+// heads rotated into the cache at row p, the v heads copied there. The cos/sin tables are
+// the model's fp32 tables [max_len, D] (column i and i + D/2 hold the same angle), read at
+// row p = current_pos + s, with current_pos a host int or a CUDA int32 tensor read when the
+// kernel runs (so a captured CUDA graph replays it at each new position). A position outside
+// the cache or the tables (a device value cannot be checked on the host) writes nothing to
+// the cache and zeros to q_out.
+// Tile shape: 128 threads per block; grid (tokens, ceil(points per token / 128)). A decode
+// step moves a few kilobytes: this kernel is latency, and one launch instead of five is the
+// point.
+//
+// Measured: task 6's decode step (TBT and its per-kernel profile) in Results.md.
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/types.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "attention_checks.cuh"
+#include "device_values.cuh"
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int64_t kMaxGridY = 65535;
+
+using attn::from_float;
+using attn::RuntimeInt;
+using attn::to_float;
+
+// Element strides of the inputs ([B, S, heads, D], last dim contiguous) and of the caches
+// ([B, max_len, kv_heads * D], last dim contiguous).
+struct RopeAppendParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* q_out;    // [B, S, q_heads, D] contiguous
+  void* k_cache;
+  void* v_cache;
+  const float* cos;  // [table_len, D] contiguous
+  const float* sin;
+  int64_t q_strides[3], k_strides[3], v_strides[3];  // batch, token, head
+  int64_t cache_strides[2];                          // batch, position (k and v caches alike)
+  int seq, q_heads, kv_heads, head_dim;
+  int64_t max_position;  // min(cache length, table length): positions must be below it
+  RuntimeInt current_pos;
+};
+
+// (x1, x2) rotated by the angle whose cosine and sine are (c, s). Written as PyTorch's
+// x * cos followed by addcmul (x1 cos, then + (-x2) sin as one fused multiply-add), so that
+// fp32 matches task 6's apply_rope bit for bit.
+__device__ __forceinline__ float2 rotate(float x1, float x2, float c, float s) {
+  return make_float2(fmaf(-x2, s, x1 * c), fmaf(x1, s, x2 * c));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendParams p) {
+  const int half = p.head_dim / 2;
+  const int64_t token = blockIdx.x;          // b * seq + s
+  const int64_t b = token / p.seq, s = token % p.seq;
+  const int64_t point = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  const int head_row = static_cast<int>(point / half);  // q heads, then k heads, then v heads
+  const int i = static_cast<int>(point % half);
+  if (head_row >= p.q_heads + 2 * p.kv_heads) return;
+
+  const int64_t position = p.current_pos.at(b) + s;
+  const bool in_range = position >= 0 && position < p.max_position;
+  if (head_row < p.q_heads) {
+    const T* src = static_cast<const T*>(p.q) + b * p.q_strides[0] + s * p.q_strides[1] +
+                   head_row * p.q_strides[2];
+    T* dst = static_cast<T*>(p.q_out) + ((b * p.seq + s) * p.q_heads + head_row) * p.head_dim;
+    float2 y = make_float2(0.0f, 0.0f);
+    if (in_range) {
+      const int64_t angle = position * p.head_dim + i;
+      y = rotate(to_float(src[i]), to_float(src[i + half]), p.cos[angle], p.sin[angle]);
+    }
+    dst[i] = from_float<T>(y.x);
+    dst[i + half] = from_float<T>(y.y);
+    return;
+  }
+  if (!in_range) return;
+  const bool is_key = head_row < p.q_heads + p.kv_heads;
+  const int kv_head = head_row - p.q_heads - (is_key ? 0 : p.kv_heads);
+  const int64_t* strides = is_key ? p.k_strides : p.v_strides;
+  const T* src = static_cast<const T*>(is_key ? p.k : p.v) + b * strides[0] + s * strides[1] +
+                 kv_head * strides[2];
+  T* dst = static_cast<T*>(is_key ? p.k_cache : p.v_cache) + b * p.cache_strides[0] +
+           position * p.cache_strides[1] + static_cast<int64_t>(kv_head) * p.head_dim;
+  if (is_key) {
+    const int64_t angle = position * p.head_dim + i;
+    const float2 y = rotate(to_float(src[i]), to_float(src[i + half]), p.cos[angle], p.sin[angle]);
+    dst[i] = from_float<T>(y.x);
+    dst[i + half] = from_float<T>(y.y);
+  } else {
+    dst[i] = src[i];
+    dst[i + half] = src[i + half];
+  }
+}
+
+void copy_strides(const torch::Tensor& t, int64_t (&out)[3]) {
+  for (int d = 0; d < 3; ++d) out[d] = t.stride(d);
+}
+
+}  // namespace
+
+// q [B, S, Hq, D], k and v [B, S, Hkv, D] (any strides, last dim contiguous); k_cache, v_cache
+// [B, max_len, Hkv * D]; cos, sin [table_len, D] float32 contiguous. Rotates q (returned,
+// [B, S, Hq, D] contiguous) and k by RoPE at positions current_pos + s, and writes the rotated
+// k and v into the caches at those positions. current_pos_tensor (CUDA int32, 0-d or [B]),
+// when given, replaces current_pos and is read on the device.
+torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
+                          torch::Tensor v_cache, torch::Tensor cos, torch::Tensor sin,
+                          int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor) {
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"},
+                                std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"},
+                                std::pair{&cos, "cos"}, std::pair{&sin, "sin"}}) {
+    attn::check_cuda_tensor(*t, name);
+    attn::check_nonempty(*t, name);
+  }
+  attn::check_dtype(q, "q", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
+  attn::check_same(k, "k", q, "q");
+  attn::check_same(v, "v", q, "q");
+  attn::check_same(k_cache, "k_cache", q, "q");
+  attn::check_same(v_cache, "v_cache", q, "q");
+  attn::check_dim(q, "q", 4, "[batch, tokens, q_heads, head_dim]");
+  attn::check_dim(k, "k", 4, "[batch, tokens, kv_heads, head_dim]");
+  attn::check_dim(v, "v", 4, "[batch, tokens, kv_heads, head_dim]");
+  attn::check_dim(k_cache, "k_cache", 3, "[batch, max_len, kv_heads * head_dim]");
+  attn::check_dim(v_cache, "v_cache", 3, "[batch, max_len, kv_heads * head_dim]");
+  attn::check_dim(cos, "cos", 2, "[max_len, head_dim]");
+  attn::check_dim(sin, "sin", 2, "[max_len, head_dim]");
+  const int64_t batch = q.size(0), seq = q.size(1), q_heads = q.size(2), head_dim = q.size(3);
+  const int64_t kv_heads = k.size(2);
+  TORCH_CHECK_VALUE(head_dim % 2 == 0, attn::str("RoPE rotates pairs: head_dim must be even, but is ",
+                    head_dim, "."));
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == batch && k.size(1) == seq &&
+                    k.size(3) == head_dim,
+                    attn::str("k and v must be [", batch, ", ", seq, ", kv_heads, ", head_dim,
+                              "] like q, but are ", k.sizes(), " and ", v.sizes(), "."));
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes() && k_cache.size(0) == batch &&
+                    k_cache.size(2) == kv_heads * head_dim,
+                    attn::str("the caches must be [", batch, ", max_len, ", kv_heads * head_dim,
+                              "] (kv_heads * head_dim) but are ", k_cache.sizes(), " and ",
+                              v_cache.sizes(), "."));
+  for (const auto& [t, name] : {std::pair{&cos, "cos"}, std::pair{&sin, "sin"}}) {
+    attn::check_dtype(*t, name, {torch::kFloat32});
+    attn::check_contiguous(*t, name);
+    TORCH_CHECK_VALUE(t->size(1) == head_dim && t->sizes() == cos.sizes(),
+                      attn::str("cos and sin must both be [max_len, ", head_dim, "] but are ",
+                                cos.sizes(), " and ", sin.sizes(), "."));
+  }
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"},
+                                std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
+    attn::check_last_dim_contiguous(*t, name);
+  }
+  TORCH_CHECK_VALUE(k_cache.strides() == v_cache.strides(),
+                    "k_cache and v_cache must have the same strides.");
+  const int64_t max_position = std::min(k_cache.size(1), cos.size(0));
+  if (!current_pos_tensor.has_value()) {
+    TORCH_CHECK_VALUE(current_pos >= 0 && current_pos + seq <= max_position,
+                      attn::str("positions [", current_pos, ", ", current_pos + seq, ") do not fit: "
+                                "the cache holds ", k_cache.size(1), " positions and the RoPE tables ",
+                                cos.size(0), "."));
+  }
+  const int64_t points = (q_heads + 2 * kv_heads) * (head_dim / 2);
+  const int64_t blocks_per_token = (points + kThreads - 1) / kThreads;
+  TORCH_CHECK_VALUE(blocks_per_token <= kMaxGridY && batch * seq <= INT32_MAX,
+                    "rope_append: too many heads or tokens for one launch.");
+
+  RopeAppendParams p{};
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  const torch::Tensor q_out = torch::empty({batch, seq, q_heads, head_dim}, q.options());
+  p.q_out = q_out.data_ptr();
+  p.k_cache = k_cache.data_ptr();
+  p.v_cache = v_cache.data_ptr();
+  p.cos = cos.data_ptr<float>();
+  p.sin = sin.data_ptr<float>();
+  copy_strides(q, p.q_strides);
+  copy_strides(k, p.k_strides);
+  copy_strides(v, p.v_strides);
+  p.cache_strides[0] = k_cache.stride(0);
+  p.cache_strides[1] = k_cache.stride(1);
+  p.seq = static_cast<int>(seq);
+  p.q_heads = static_cast<int>(q_heads);
+  p.kv_heads = static_cast<int>(kv_heads);
+  p.head_dim = static_cast<int>(head_dim);
+  p.max_position = max_position;
+  p.current_pos = attn::runtime_int(current_pos, current_pos_tensor, "current_pos", batch, q.device());
+
+  const c10::cuda::CUDAGuard guard(q.device());
+  const dim3 grid(static_cast<unsigned>(batch * seq), static_cast<unsigned>(blocks_per_token));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  switch (q.scalar_type()) {
+    case torch::kFloat32: rope_append_kernel<float><<<grid, kThreads, 0, stream>>>(p); break;
+    case torch::kFloat16: rope_append_kernel<__half><<<grid, kThreads, 0, stream>>>(p); break;
+    default: rope_append_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p); break;
+  }
+  attn::check_launch("rope_append_kernel");
+  return q_out;
+}
