@@ -17,14 +17,45 @@ def course_metric(dtype: str, field: str, config: str = "") -> str:
     return f"task6.{config + '.' if config else ''}{dtype}.{field}"
 
 
+TBT_OVER_BYTES = "tbt_over_bytes_roofline"   # TBT / the time to read the weights and the KV cache
+UNFUSED_TBT_MS = "unfused.tbt_ms"            # TBT on the course's decode path (fused_decode=False)
+TTFT_SPEEDUP_VS_TORCH = "speedup_vs_torch_path.ttft"
+
+# One decode step's GPU time by kind of kernel (torch.profiler, fused decode, eager steps):
+# (metric id, what it covers). task6/test.py's PROFILE_KINDS says which kernels go where.
+PROFILE_KINDS = (("linear", "projections and lm_head (decode_linear)"),
+                 ("swiglu", "MLP gate and up + silu * up (decode_swiglu)"),
+                 ("attention", "decode attention"),
+                 ("norm", "norms"),
+                 ("rope_append", "RoPE + cache append"),
+                 ("other", "everything else (embedding, argmax, copies)"),
+                 ("total", "all kernels"))
+
+
+def profile_metric(dtype: str, kind: str, field: str) -> str:
+    """task6.<dtype>.profile.<kind>.<us_per_step | kernels_per_step>."""
+    return course_metric(dtype, f"profile.{kind}.{field}")
+
+
 SECTION = Section(
     "Task 6: dummy LLM (B 4, prompt 1024, hidden 4096, 32 heads, 24 layers, vocab 8192, "
     "100 greedy tokens)",
-    blocks=(Table(("dtype", "TTFT (ms)", "TBT (ms)", "TBT / weight-read time"),
+    blocks=(Table(("dtype", "TTFT (ms)", "TBT (ms)", "TBT / weight-read time",
+                   "TBT / weights + KV read time", "TBT unfused (ms)", "TTFT: PyTorch path / ours"),
                   tuple(Row((d, Metric(course_metric(d, TTFT_MS), "{:.1f}"),
                              Metric(course_metric(d, TBT_MS)),
-                             Metric(course_metric(d, TBT_OVER_ROOFLINE), suffix="x")))
-                        for d in DTYPES)),),
+                             Metric(course_metric(d, TBT_OVER_ROOFLINE), suffix="x"),
+                             Metric(course_metric(d, TBT_OVER_BYTES), suffix="x"),
+                             Metric(course_metric(d, UNFUSED_TBT_MS)),
+                             Metric(course_metric(d, TTFT_SPEEDUP_VS_TORCH), suffix="x")))
+                        for d in DTYPES)),
+            Table(("one decode step, by kernel", *(f"{d} us/step" for d in DTYPES),
+                   *(f"{d} kernels/step" for d in DTYPES)),
+                  tuple(Row((label, *(Metric(profile_metric(d, kind, "us_per_step"), "{:.0f}")
+                                      for d in DTYPES),
+                             *(Metric(profile_metric(d, kind, "kernels_per_step"), "{:.0f}")
+                               for d in DTYPES)), when=f"task6.fp32.profile.{kind}")
+                        for kind, label in PROFILE_KINDS))),
     sources=("task6.",))
 
 MANIFEST = TaskManifest(

@@ -38,7 +38,8 @@ from common.checks import REL_TOL, Check, check_raises, poison_, relative_error
 from common.harness import fresh_generator, pick_device, task_main
 from common.timing import attention_flops, measure_copy_bandwidth, measure_matmul_tflops
 from task6.generate import generate
-from task6.manifest import TBT_MS, TBT_OVER_ROOFLINE, TTFT_MS, course_metric
+from task6.manifest import (PROFILE_KINDS, TBT_MS, TBT_OVER_BYTES, TBT_OVER_ROOFLINE, TTFT_MS,
+                            UNFUSED_TBT_MS, course_metric, profile_metric)
 from task6.model import customModel
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -56,6 +57,8 @@ FP32_LOGITS_TOL = 1e-4
 # weights is within 2x of PyTorch's (different rounding order), or under REL_TOL[dtype].
 HALF_MARGIN = 2.0
 ACCEPT_TBT_OVER_ROOFLINE = 1.5
+TARGET_TBT_OVER_BYTES = 1.10      # beyond the course: the fused decode (issue 16)
+PROFILE_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -67,21 +70,28 @@ class Config:
     batch: int
     prompt: int
     new_tokens: int
+    style: str = "gpt"             # "llama": RMSNorm, no biases (task6/model.py)
+    kv_heads: int | None = None    # fewer than heads: grouped-query attention
 
     @property
     def label(self) -> str:
+        extra = (f"_{self.style}" if self.style != "gpt" else "") + (
+            f"_kv{self.kv_heads}" if self.kv_heads not in (None, self.heads) else "")
         return (f"b{self.batch}_p{self.prompt}_h{self.hidden}_nh{self.heads}_l{self.layers}"
-                f"_v{self.vocab}_n{self.new_tokens}")
+                f"_v{self.vocab}_n{self.new_tokens}{extra}")
 
     def describe(self) -> str:
+        extra = (f", {self.style} style" if self.style != "gpt" else "") + (
+            f", {self.kv_heads} KV heads" if self.kv_heads not in (None, self.heads) else "")
         return (f"B {self.batch}, prompt {self.prompt}, hidden {self.hidden}, {self.heads} heads, "
-                f"{self.layers} layers, vocab {self.vocab}, {self.new_tokens} new tokens")
+                f"{self.layers} layers, vocab {self.vocab}, {self.new_tokens} new tokens{extra}")
 
     def build(self, dtype, device, attention: str = "custom", seed: int = WEIGHT_SEED) -> customModel:
         # max_seq_len = what a generation needs, so a prefill without a cache allocates no more.
         return customModel(self.hidden, self.heads, self.layers, self.vocab,
                            max_seq_len=self.prompt + self.new_tokens, attention=attention,
-                           device=device, dtype=dtype, seed=seed)
+                           device=device, dtype=dtype, seed=seed, style=self.style,
+                           num_kv_heads=self.kv_heads)
 
     def prompt_tokens(self, generator, device) -> torch.Tensor:
         return torch.randint(0, self.vocab, (self.batch, self.prompt), generator=generator,
@@ -90,10 +100,13 @@ class Config:
 
 COURSE = Config(hidden=4096, heads=32, layers=24, vocab=8192, batch=4, prompt=1024, new_tokens=100)
 SMALL = Config(hidden=512, heads=8, layers=4, vocab=1024, batch=2, prompt=64, new_tokens=GREEDY_STEPS)
+# The same size in the Llama style (RMSNorm, no biases, 8 query heads sharing 2 KV heads).
+LLAMA_SMALL = Config(hidden=512, heads=8, layers=4, vocab=1024, batch=2, prompt=64,
+                     new_tokens=GREEDY_STEPS, style="llama", kv_heads=2)
 # Tiny models for compute-sanitizer: head_dim 8, 64 and 128; prompts that are not multiples
 # of any tile; batch 1 to 3.
 TINY = (Config(32, 4, 2, 97, 2, 13, 6), Config(128, 2, 2, 97, 3, 13, 6),
-        Config(256, 2, 1, 61, 1, 70, 5))
+        Config(256, 2, 1, 61, 1, 70, 5), Config(128, 4, 2, 97, 2, 13, 6, style="llama", kv_heads=2))
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -102,7 +115,7 @@ def reference_copy(model: customModel, dtype: torch.dtype) -> customModel:
     """The same weights on the PyTorch path in a higher precision (float64: the truth)."""
     ref = customModel(model.hidden_dim, model.num_heads, model.num_layers, model.vocab_size,
                       max_seq_len=model.max_seq_len, attention="torch", device=model.device,
-                      dtype=dtype)
+                      dtype=dtype, style=model.style, num_kv_heads=model.num_kv_heads)
     ref.load_state_dict(model.state_dict())   # copy_ converts the dtype, exactly (upcast)
     return ref
 
@@ -180,7 +193,7 @@ def _fp32_agreement(cfg: Config, device, gen, token_seed: int, with_fp64: bool):
     tokens and every decode step's logits (graph on and off), bit-for-bit repeat."""
     checks: list[Check] = []
     metrics: dict[str, float] = {}
-    tag = "small" if cfg == SMALL else ("course" if cfg == COURSE else cfg.label)
+    tag = {SMALL: "small", LLAMA_SMALL: "llama_small", COURSE: "course"}.get(cfg, cfg.label)
     model = cfg.build(torch.float32, device)
     batch, prompt_len, n = cfg.batch, cfg.prompt, GREEDY_STEPS
 
@@ -222,10 +235,14 @@ def _fp32_agreement(cfg: Config, device, gen, token_seed: int, with_fp64: bool):
     model.attention_backend = "custom"
     margin = top2_margin(ref_logits)
     runs = {}
-    for graph in (True, False):
-        mode = "CUDA graph" if graph else "eager"
+    # The fused decode kernels (the default) with and without a graph, and the course's path
+    # (task 6's attend_custom and apply_rope) in a graph.
+    for graph, fused in ((True, True), (False, True), (True, False)):
+        mode = ("CUDA graph" if graph else "eager") + ("" if fused else ", unfused")
+        model.fused_decode = fused
         tokens, logits = generate(model, prompt, n, use_cuda_graph=graph, return_logits=True)
-        runs[graph] = (tokens, logits)
+        model.fused_decode = True
+        runs[(graph, fused)] = (tokens, logits)
         split = first_divergence(tokens, ref_tokens)
         checks.append(Check(
             f"{tag} fp32 greedy tokens, {n} steps ({mode}) == torch path", split is None,
@@ -235,7 +252,8 @@ def _fp32_agreement(cfg: Config, device, gen, token_seed: int, with_fp64: bool):
         # Logits up to and including the first divergence were computed from the same tokens.
         upto = n if split is None else split + 1
         err = relative_error(logits[:, 1:upto], ref_logits[:, 1:upto].double()) if upto > 1 else 0.0
-        metrics[f"task6.correctness.{tag}.fp32.decode_rel_err_vs_torch.{'graph' if graph else 'eager'}"] = err
+        metrics[f"task6.correctness.{tag}.fp32.decode_rel_err_vs_torch.{'graph' if graph else 'eager'}"
+                + ("" if fused else ".unfused")] = err
         checks.append(Check(f"{tag} fp32 decode-step logits ({mode}) vs torch path",
                             err <= FP32_LOGITS_TOL, f"rel_err {err:.2e} over {upto - 1} steps"))
 
@@ -243,9 +261,10 @@ def _fp32_agreement(cfg: Config, device, gen, token_seed: int, with_fp64: bool):
     # position it had not written (past the cached length) or raced.
     tokens, logits = generate(model, prompt, n, use_cuda_graph=True, return_logits=True,
                               kv_cache=poisoned_cache(model, batch, prompt_len + n))
-    same = torch.equal(tokens, runs[True][0]) and torch.equal(logits, runs[True][1])
+    first = runs[(True, True)]
+    same = torch.equal(tokens, first[0]) and torch.equal(logits, first[1])
     checks.append(Check(f"{tag} fp32 repeat on a NaN-poisoned cache is bit-identical", same,
-                        "" if same else f"max |diff| {(logits.double() - runs[True][1].double()).abs().max().item():.2e}"))
+                        "" if same else f"max |diff| {(logits.double() - first[1].double()).abs().max().item():.2e}"))
     del model, runs
     free_gpu_memory()
     return checks, metrics
@@ -282,14 +301,17 @@ def _agreement_vs_reference(cfg: Config, dtype: torch.dtype, device, gen, ref_dt
     checks.append(Check(f"{tag} {name} prefill logits vs {ref_name} reference", err <= tol,
                         f"rel_err {err:.2e} (torch path {torch_prefill_err:.2e}, tol {tol:.1e})"))
     first_run = None
-    for graph in graphs:
-        mode = "CUDA graph" if graph else "eager"
+    for graph, fused in [(g, True) for g in graphs] + [(graphs[0], False)]:
+        mode = ("CUDA graph" if graph else "eager") + ("" if fused else ", unfused")
+        model.fused_decode = fused
         tokens, logits = generate(model, prompt, n, use_cuda_graph=graph, return_logits=True)
-        if graph:
+        model.fused_decode = True
+        if graph and fused:
             first_run = (tokens, logits)
         err = relative_error(logits, teacher_forced_logits(ref, prompt, tokens))
         tol = tolerance(torch_decode_err)
-        metrics[f"task6.correctness.{tag}.{name}.generate_rel_err.{'graph' if graph else 'eager'}"] = err
+        metrics[f"task6.correctness.{tag}.{name}.generate_rel_err.{'graph' if graph else 'eager'}"
+                + ("" if fused else ".unfused")] = err
         checks.append(Check(f"{tag} {name} generation logits ({mode}, {n} tokens) vs {ref_name} "
                             "reference", err <= tol,
                             f"rel_err {err:.2e} (torch path {torch_decode_err:.2e}, tol {tol:.1e})"))
@@ -311,7 +333,7 @@ def correctness_group(args=None):
     seed = getattr(args, "seed", None)
     gen, seed = fresh_generator(seed, device)
     token_seed = TOKEN_SEED if getattr(args, "seed", None) is None else seed
-    configs = [SMALL] + ([COURSE] if getattr(args, "course_correctness", False) else [])
+    configs = [SMALL, LLAMA_SMALL] + ([COURSE] if getattr(args, "course_correctness", False) else [])
 
     def body():
         checks, metrics = [], {}
@@ -320,7 +342,7 @@ def correctness_group(args=None):
                   f"{seed}, greedy prompt seed {token_seed} (pass --seed {seed} to reproduce)")
             for found in (_fp32_agreement(cfg, device, gen, token_seed, with_fp64=cfg == SMALL),
                           _agreement_vs_reference(cfg, torch.bfloat16, device, gen, torch.float32,
-                                                  tag="small" if cfg == SMALL else "course")):
+                                                  tag={SMALL: "small", LLAMA_SMALL: "llama_small"}.get(cfg, "course"))):
                 checks += found[0]
                 metrics.update(found[1])
         return checks, metrics
@@ -448,6 +470,66 @@ def prefill_flops(model: customModel, batch: int, prompt: int) -> float:
                                                  model.head_dim, causal=True))
 
 
+# Which kernels count as which kind in the decode profile (first match wins; demangled names).
+PROFILE_MATCH = (("swiglu", ("decode_linear_kernel<",), ", true>"),
+                 ("linear", ("decode_linear_kernel<",), ""),
+                 ("attention", ("decode_split_kernel", "combine_splits_kernel", "decode_grouped_kernel",
+                                "combine_grouped_kernel", "merge_splits_kernel", "flash_attention"), ""),
+                 ("norm", ("norm_kernel",), ""),
+                 ("rope_append", ("rope_append_kernel",), ""))
+
+
+def profile_kind(kernel: str) -> str:
+    for kind, names, also in PROFILE_MATCH:
+        if any(n in kernel for n in names) and also in kernel:
+            return kind
+    return "other"
+
+
+@torch.no_grad()
+def decode_profile(model: customModel, prompt: torch.Tensor, steps: int = PROFILE_STEPS) -> dict:
+    """GPU time of one decode step by kind of kernel (PROFILE_KINDS): {kind: {us_per_step,
+    kernels_per_step}}. Eager steps with the position as a device tensor, as the graph runs
+    them (a kernel takes the same GPU time in a graph; only the launch gaps differ)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch, prompt_len = prompt.shape
+    cache = model.allocate_kv_cache(batch, prompt_len + steps + 2)
+    logits, _ = model(prompt, cache, 0, last_logits_only=True)
+    token = logits[:, -1].argmax(-1, keepdim=True)
+    position = torch.tensor(prompt_len, dtype=torch.int32, device=prompt.device)
+
+    def step():
+        out, _ = model(token, cache, position, last_logits_only=True)
+        token.copy_(out[:, -1].argmax(-1, keepdim=True))
+        position.add_(1)
+
+    step()   # warm-up
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    found = {kind: {"us_per_step": 0.0, "kernels_per_step": 0.0} for kind, _ in PROFILE_KINDS}
+    for event in prof.key_averages():
+        us = getattr(event, "self_device_time_total", None)
+        us = event.self_cuda_time_total if us is None else us
+        if not us:
+            continue
+        for kind in (profile_kind(event.key), "total"):
+            found[kind]["us_per_step"] += us / steps
+            found[kind]["kernels_per_step"] += event.count / steps
+    return found
+
+
+def format_profile(dtype: str, profile: dict) -> str:
+    lines = [f"[task6] {dtype}: one decode step by kind of kernel (fused decode, torch.profiler)"]
+    for kind, label in PROFILE_KINDS:
+        f = profile[kind]
+        lines.append(f"    {label:48s} {f['us_per_step']:9.1f} us  {f['kernels_per_step']:6.1f} kernels")
+    return "\n".join(lines)
+
+
 def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]:
     dtype = DTYPES[name]
     config = "" if cfg == COURSE else cfg.label
@@ -473,6 +555,10 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
 
     ours_tokens, ours = run(model, "custom", graph=True, warmup=True)
     _, ours_eager = run(model, "custom", graph=False, warmup=True)
+    model.fused_decode = False   # the course's decode path, for comparison
+    _, unfused = run(model, "custom", graph=True, warmup=True)
+    model.fused_decode = True
+    profile = decode_profile(model, prompt)
     torch_tokens, torch_eager = run(model, "torch", graph=False, warmup=True)
     try:   # an extra peer (the issue compares with the eager PyTorch path): never fatal
         _, torch_graph = run(model, "torch", graph=True, warmup=False)
@@ -488,7 +574,8 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
         TBT_OVER_ROOFLINE: ours["tbt_ms"] / weight_read_ms,
         "weight_read_ms": weight_read_ms, "copy_gbps": copy_gbps,
         "decode_bytes_roofline_ms": bytes_read_ms,
-        "tbt_over_bytes_roofline": ours["tbt_ms"] / bytes_read_ms,
+        TBT_OVER_BYTES: ours["tbt_ms"] / bytes_read_ms,
+        UNFUSED_TBT_MS: unfused["tbt_ms"], "unfused.tbt_over_bytes_roofline": unfused["tbt_ms"] / bytes_read_ms,
         "matmul_tflops": matmul_tflops, "prefill_roofline_ms": prefill_roofline_ms,
         "ttft_over_roofline": ours["ttft_ms"] / prefill_roofline_ms,
         "eager.tbt_ms": ours_eager["tbt_ms"],
@@ -502,11 +589,15 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
         m["torch_path_graph.tbt_ms"] = torch_graph["tbt_ms"]
         m["speedup_vs_torch_path_graph.tbt"] = torch_graph["tbt_ms"] / ours["tbt_ms"]
     metrics = {course_metric(name, k, config): v for k, v in m.items()}
+    if not config:
+        metrics.update({profile_metric(name, kind, field): v
+                        for kind, fields in profile.items() for field, v in fields.items()})
+    print(format_profile(name, profile))
     print(f"[task6] {name}: TTFT {m[TTFT_MS]:.1f} ms (prefill FLOPs at {matmul_tflops:.1f} TFLOP/s: "
           f"{prefill_roofline_ms:.1f} ms, {m['ttft_over_roofline']:.2f}x)\n"
           f"[task6] {name}: TBT {m[TBT_MS]:.3f} ms (weights {weight_bytes / 1e9:.2f} GB at "
           f"{copy_gbps:.0f} GB/s: {weight_read_ms:.3f} ms, {m[TBT_OVER_ROOFLINE]:.2f}x; with the KV "
-          f"cache {bytes_read_ms:.3f} ms, {m['tbt_over_bytes_roofline']:.2f}x); eager "
+          f"cache {bytes_read_ms:.3f} ms, {m[TBT_OVER_BYTES]:.2f}x; unfused {m[UNFUSED_TBT_MS]:.3f} ms); eager "
           f"{m['eager.tbt_ms']:.3f} ms\n"
           f"[task6] {name}: torch path TTFT {m['torch_path.ttft_ms']:.1f} ms, TBT "
           f"{m['torch_path.tbt_ms']:.3f} ms eager / {m.get('torch_path_graph.tbt_ms', float('nan')):.3f} ms graph; "
@@ -517,6 +608,10 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
         + ("identical" if split is None else f"first differ at step {split} (near-ties flip in "
            f"{name}; correctness is checked by --correctness)"))]
     if cfg == COURSE:
+        checks.append(Check(
+            f"{name} target: TBT <= {TARGET_TBT_OVER_BYTES} x (weights + KV cache) read time",
+            m[TBT_OVER_BYTES] <= TARGET_TBT_OVER_BYTES,
+            f"{m[TBT_MS]:.3f} ms / {bytes_read_ms:.3f} ms = {m[TBT_OVER_BYTES]:.2f}x", target=True))
         checks.append(Check(
             f"{name} acceptance: TBT <= {ACCEPT_TBT_OVER_ROOFLINE} x weight-read time",
             m[TBT_OVER_ROOFLINE] <= ACCEPT_TBT_OVER_ROOFLINE,
