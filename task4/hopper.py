@@ -1,0 +1,122 @@
+"""Task 4+: the Hopper FlashAttention kernel (task4/flash_attention_hopper.cu), as an optional
+extension `custom_flash_attention_hopper` built for sm_90a only.
+
+    available()                                   True only on a compute capability 9.0 GPU
+    supports(q, k, v, causal, out=None, ...)      whether the kernel takes these inputs
+    flash_attention_hopper(q, k, v, causal=False, version=3, out=None, lse=None)
+
+`version` picks a rung of the ladder the kernel file describes: 1 = wgmma with cp.async
+loads, 2 = TMA + mbarrier pipeline, 3 = warp-specialized producer/consumer warpgroups.
+Cases the kernel does not take (other head dims, window, stride, mask tensor, key lengths,
+fp32, unaligned strides) are refused by `supports`; callers fall back to the mma.sync kernel
+(task4.attention.flash_attention).
+
+Build: `python -m task4.hopper` (or the first call) JIT-builds it like common.build's
+load_extension (same flags, include folder, build-folder naming, flock), but always for
+TORCH_CUDA_ARCH_LIST=9.0a, so nvcc gets -gencode=arch=compute_90a,code=sm_90a (wgmma and
+setmaxnreg exist only there); the build folder is build/custom_flash_attention_hopper-sm9.0a-
+torch<version>/. (load_extension has no arch argument yet; with one, `_load_for_arch` goes.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import lru_cache
+
+import torch
+
+from common import build
+from common.build import BuildError, call_extension, compile_main
+
+NAME = "custom_flash_attention_hopper"
+SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu"]
+ARCH = "9.0a"  # torch turns "9.0a" into -gencode=arch=compute_90a,code=sm_90a
+VERSIONS = (1, 2, 3)
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def available() -> bool:
+    """True on a CUDA GPU of compute capability 9.0 (H100, H200), where sm_90a code runs."""
+    try:
+        return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+    except (RuntimeError, AssertionError):
+        return False
+
+
+@lru_cache(maxsize=1)
+def load(verbose: bool = False):
+    """The built extension (a cached build is reused). Raises BuildError off Hopper."""
+    if not available():
+        raise BuildError("The Hopper kernel is built for sm_90a and runs only on a compute "
+                         "capability 9.0 GPU (H100, H200); none is present.")
+    return _load_for_arch(NAME, SOURCES, ARCH, verbose=verbose)
+
+
+def _load_for_arch(name: str, sources: list[str], arch: str, verbose: bool = False):
+    """common.build.load_extension with the architecture fixed to `arch`."""
+    build._require_toolchain()
+    from torch.utils import cpp_extension
+
+    paths = [build.REPO_ROOT / s for s in sources]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise BuildError(f"Extension {name!r} lists sources that do not exist: {missing}.")
+    build_dir = build.build_dir_for(name, arch)
+    previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    try:
+        with build._exclusive(build_dir):
+            return cpp_extension.load(
+                name=name,
+                sources=[str(p) for p in paths],
+                extra_cflags=build.CXX_FLAGS,
+                extra_cuda_cflags=list(build.CUDA_FLAGS),
+                extra_include_paths=[str(build.COMMON_CSRC)],
+                build_directory=str(build_dir),
+                verbose=verbose,
+            )
+    except (RuntimeError, OSError, ImportError) as err:
+        if isinstance(err, BuildError):
+            raise
+        last = str(err).strip().splitlines()[-1] if str(err).strip() else "no message"
+        raise BuildError(
+            f"Building extension {name!r} failed ({type(err).__name__}: {last}); the compiler "
+            f"output above names the file and line to fix. Run `python -m task4.hopper "
+            f"--verbose` to see every command.") from err
+    finally:
+        if previous is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = previous
+
+
+def supports(q, k, v, causal: bool = False, out=None, *, window=None, stride: int = 1,
+             mask=None, key_lengths=None, left_padding: bool = False) -> bool:
+    """Whether flash_attention_hopper takes these inputs here (never raises)."""
+    del causal, left_padding  # both values are taken (left_padding only matters with lengths)
+    if not available() or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        return False
+    if q.dtype not in HALF_DTYPES or window is not None or stride != 1 or mask is not None \
+            or key_lengths is not None:
+        return False
+    try:
+        ext = load()
+    except BuildError:
+        return False
+    return bool(ext.hopper_supports(q, k, v, out, window, stride, mask, key_lengths))
+
+
+def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                           version: int = 3, out: torch.Tensor | None = None,
+                           lse: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v on the Hopper kernel; q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D].
+
+    Returns a new [B, H_q, S_q, D] tensor or writes `out`. Inputs it does not take raise
+    ValueError / TypeError naming why (check `supports` first to fall back instead).
+    """
+    return call_extension(load().flash_attention_hopper, q, k, v, causal, version, out, lse)
+
+
+if __name__ == "__main__":
+    sys.exit(compile_main("task4", load))

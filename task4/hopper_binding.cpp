@@ -1,0 +1,30 @@
+// Python bindings of the optional extension `custom_flash_attention_hopper`: the Hopper
+// (sm_90a) FlashAttention forward kernel of task4/flash_attention_hopper.cu. It is its own
+// extension because it is built for sm_90a only (wgmma, setmaxnreg), while
+// `custom_flash_attention` is built for whatever GPU is present; task4/hopper.py loads it on
+// Hopper GPUs alone.
+#include <torch/extension.h>
+
+// fp16/bf16, q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D], D in {64, 128}, any strides with a
+// contiguous last dimension that are multiples of 16 bytes. version: 1 (wgmma, cp.async),
+// 2 (TMA + mbarrier pipeline), 3 (warp-specialized producer/consumers). Writes `out` when
+// given; `lse` ([B, H_q, S_q] float32) receives each row's base-2 log-sum-exp.
+torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
+                                     int64_t version, std::optional<torch::Tensor> out,
+                                     std::optional<torch::Tensor> lse);
+// Whether flash_attention_hopper takes these inputs on this GPU (never raises).
+bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                     std::optional<torch::Tensor> out, std::optional<int64_t> window, int64_t stride,
+                     std::optional<torch::Tensor> mask, std::optional<torch::Tensor> key_lengths);
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "Task 4+: FlashAttention forward for Hopper (wgmma, TMA, warp specialization)";
+  m.def("flash_attention_hopper", &flash_attention_hopper,
+        "FlashAttention forward on sm_90a, fp16/bf16, q/k/v [B, H, S, D]", py::arg("q"),
+        py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("version") = 3,
+        py::arg("out") = py::none(), py::arg("lse") = py::none());
+  m.def("hopper_supports", &hopper_supports,
+        "True when flash_attention_hopper takes these inputs on this GPU", py::arg("q"),
+        py::arg("k"), py::arg("v"), py::arg("out") = py::none(), py::arg("window") = py::none(),
+        py::arg("stride") = 1, py::arg("mask") = py::none(), py::arg("key_lengths") = py::none());
+}
