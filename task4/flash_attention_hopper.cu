@@ -1,4 +1,5 @@
 // Task 4+ (beyond the course): FlashAttention forward for Hopper (sm_90a), fp16 and bf16.
+// compile_check: arch sm_90a
 //
 // The idea. The mma.sync kernel (flash_attention_mma.cu) is FlashAttention-2 on the tensor-core
 // instruction every GPU since Ampere has: one warp, a 16x8x16 product, operands that every

@@ -12,7 +12,11 @@ the 2-core CI machine: 188 s against 446 s for the seven kernel files); `--full`
     python -m common.tools.compile_check --full       # nvcc -c: the host pass as well
 
 Each source is compiled with the flags a real build adds that change what compiles: the
-kernels' limits as -D defines (common/limits.py, as common.build passes them).
+kernels' limits as -D defines (common/limits.py, as common.build passes them). A kernel built
+for an arch-specific target says so in a line `// compile_check: arch sm_90a` (the Hopper
+kernel: wgmma exists only there); it is compiled for that target instead, with ptxas's report
+(`-Xptxas -v`: registers, spills, and its warnings) in the output, which its own test reads
+from this module's cache instead of compiling the file a second time.
 
 The CPU build of torch ships the c10/ATen headers but not one header that its CUDA build
 generates (c10/cuda/impl/cuda_cmake_macros.h); when it is missing, an equivalent one-line
@@ -144,6 +148,15 @@ def compile_one(path: Path, nvcc: str | None = None, arch: str = "sm_90",
     return result
 
 
+_ARCH_MARKER = re.compile(r"^//\s*compile_check:\s*arch\s+sm_(\d+a?)\s*$", re.M)
+
+
+def declared_arch(path: Path) -> str | None:
+    """The arch-specific target a .cu file declares (`// compile_check: arch sm_90a`), or None."""
+    match = _ARCH_MARKER.search(path.read_text()) if path.suffix == ".cu" else None
+    return match.group(1) if match else None
+
+
 def _compile(path: Path, nvcc: str | None, arch: str, root: Path,
              device_only: bool) -> tuple[bool, str]:
     common = ["-std=c++20", "-DTORCH_EXTENSION_NAME=compile_check", *define_flags(),
@@ -152,8 +165,10 @@ def _compile(path: Path, nvcc: str | None, arch: str, root: Path,
         if path.suffix == ".cu":
             what = ["--cubin", "-o", str(Path(tmp) / "out.cubin")] if device_only else \
                    ["-c", "-o", str(Path(tmp) / "out.o")]
-            cmd = [nvcc, f"-arch={arch}", "-O1", "--expt-relaxed-constexpr", "-w",
-                   *common, str(path), *what]
+            declared = declared_arch(path)
+            target = ([f"-gencode=arch=compute_{declared},code=sm_{declared}", "-Xptxas", "-v"]
+                      if declared else [f"-arch={arch}", "-w"])
+            cmd = [nvcc, *target, "-O1", "--expt-relaxed-constexpr", *common, str(path), *what]
         else:
             cxx = os.environ.get("CXX", "g++")
             cmd = [cxx, "-fsyntax-only", "-w", *common, cuda_include_flag(nvcc), str(path)]
