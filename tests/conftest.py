@@ -1,7 +1,13 @@
-"""pytest setup: run from the repository root; GPU tests skip with a reason when CUDA is absent."""
+"""pytest setup: run from the repository root; GPU tests skip with a reason when CUDA is absent.
+
+`task3_report`: task 3's test run once per session (`python -m task3.test --json`, as a
+student runs it), read by tests/test_task3.py and handed to the grader in tests/test_grade.py
+(`--reports`), so its (16, 4096) course shapes are computed once per CI run, not twice."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,3 +33,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def task3_report(tmp_path_factory) -> tuple[Path, dict]:
+    """(the folder holding task3.json, its content) from one `python -m task3.test` run."""
+    folder = tmp_path_factory.mktemp("task3_report")
+    report = folder / "task3.json"
+    proc = subprocess.run([sys.executable, "-m", "task3.test", "--json", str(report)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800)
+    assert report.exists(), f"task3.test wrote no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return folder, json.loads(report.read_text())
