@@ -649,13 +649,7 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
   check_bhsd(v, "v");
   attn::check_same(q, "q", k, "k");
   attn::check_same(q, "q", v, "v");
-  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
-                    attn::str("k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch and "
-                    "head_dim, q being [batch, heads, seq_q, head_dim]; got q ", q.sizes(), ", k ",
-                    k.sizes(), " and v ", v.sizes(), "."));
-  attn::check_nonempty(q, "q");
-  attn::check_nonempty(k, "k");
-  const int kv_group = attn::kv_group_size(q, k);
+  const int kv_group = attn::check_qkv_shapes(q, k, v);
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
   TORCH_CHECK_VALUE(k.size(2) <= INT32_MAX / 2, attn::str("seq_k ", k.size(2), " must fit in 31 bits."));
   attn::check_head_dim(head_dim);

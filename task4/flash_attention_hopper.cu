@@ -1248,13 +1248,7 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
   attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
   attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
   attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
-  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
-                    attn::str("k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch and "
-                    "head_dim, q being [batch, heads, seq_q, head_dim]; got q ", q.sizes(), ", k ",
-                    k.sizes(), " and v ", v.sizes(), "."));
-  attn::check_nonempty(q, "q");
-  attn::check_nonempty(k, "k");
-  const int kv_group = attn::kv_group_size(q, k);
+  const int kv_group = attn::check_qkv_shapes(q, k, v);
   TORCH_CHECK_VALUE(version >= 1 && version <= 3, attn::str("version must be 1 (wgmma, cp.async), 2 (TMA + "
                     "mbarrier pipeline) or 3 (warp-specialized) but is ", version, "."));
   if (out.has_value()) {

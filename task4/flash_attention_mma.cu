@@ -93,13 +93,7 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
   attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
   attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
-  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
-                    attn::str("k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch and "
-                    "head_dim, q being [batch, heads, seq_q, head_dim]; got q ", q.sizes(), ", k ",
-                    k.sizes(), " and v ", v.sizes(), "."));
-  attn::check_nonempty(q, "q");
-  attn::check_nonempty(k, "k");
-  const int kv_group = attn::kv_group_size(q, k);
+  const int kv_group = attn::check_qkv_shapes(q, k, v);
   const int64_t batch = q.size(0), heads = q.size(1), seq = std::max(q.size(2), k.size(2));
   const int64_t head_dim = q.size(3);
   attn::check_head_dim(head_dim);

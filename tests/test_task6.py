@@ -323,16 +323,22 @@ def fake_kernels(monkeypatch):
     return fake
 
 
-def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
-    """The course's path (fused_decode=False): the student's attend_custom in both phases."""
-    model = tiny_model()
-    model.fused_decode = False
+def _custom_generation_matches_torch(model: customModel) -> None:
+    """5 greedy tokens on the torch path, then on the custom branch (the fakes): the same tokens,
+    logits within 1e-5. Leaves the model on the custom branch."""
     prompt = tokens(2, 9)
     ref_tokens, ref_logits = generate(model, prompt, 5, return_logits=True)
     model.attention_backend = "custom"
     new, logits = generate(model, prompt, 5, return_logits=True)
     assert torch.equal(new, ref_tokens)
     assert relative_error(logits, ref_logits.double()) < 1e-5
+
+
+def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
+    """The course's path (fused_decode=False): the student's attend_custom in both phases."""
+    model = tiny_model()
+    model.fused_decode = False
+    _custom_generation_matches_torch(model)
     per_layer = TINY.layers
     assert fake_kernels.calls[:2 * per_layer] == ["update_kv_cache", "flash_attention"] * per_layer
     assert fake_kernels.calls[2 * per_layer:] == ["update_kv_cache", "decode_attention"] * per_layer * 4
@@ -342,12 +348,7 @@ def test_fused_decode_calls_the_fused_kernels(fake_kernels):
     """The default decode on our kernels: per layer one norm, RoPE + cache append, the
     decode, one norm, SwiGLU (plus the final norm); the prefill is the course's path."""
     model = tiny_model()
-    prompt = tokens(2, 9)
-    ref_tokens, ref_logits = generate(model, prompt, 5, return_logits=True)
-    model.attention_backend = "custom"
-    new, logits = generate(model, prompt, 5, return_logits=True)
-    assert torch.equal(new, ref_tokens)
-    assert relative_error(logits, ref_logits.double()) < 1e-5
+    _custom_generation_matches_torch(model)
     per_layer = TINY.layers
     assert fake_kernels.calls[:2 * per_layer] == ["update_kv_cache", "flash_attention"] * per_layer
     step = ["add_norm", "rope_append", "decode_attention", "add_norm", "decode_swiglu"] * per_layer
@@ -406,12 +407,7 @@ def test_llama_style_attention_is_grouped_query_attention():
 def test_llama_style_runs_through_the_custom_branch(fake_kernels, fused):
     model = llama_model()
     model.fused_decode = fused
-    prompt = tokens(2, 9)
-    ref_tokens, ref_logits = generate(model, prompt, 5, return_logits=True)
-    model.attention_backend = "custom"
-    new, logits = generate(model, prompt, 5, return_logits=True)
-    assert torch.equal(new, ref_tokens)
-    assert relative_error(logits, ref_logits.double()) < 1e-5
+    _custom_generation_matches_torch(model)
     assert ("rope_append" in fake_kernels.calls) == fused
 
 

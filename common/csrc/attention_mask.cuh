@@ -279,4 +279,16 @@ inline int kv_group_size(const torch::Tensor& q, const torch::Tensor& k) {
   return static_cast<int>(heads_q / heads_kv);
 }
 
+// q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D] (ranks checked by the caller): k and v of one
+// shape with q's batch and head_dim, none empty, H_q a multiple of H_kv. Returns H_q / H_kv.
+inline int check_qkv_shapes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
+                    attn::str("k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch and "
+                    "head_dim, q being [batch, heads, seq_q, head_dim]; got q ", q.sizes(), ", k ",
+                    k.sizes(), " and v ", v.sizes(), "."));
+  check_nonempty(q, "q");
+  check_nonempty(k, "k");
+  return kv_group_size(q, k);
+}
+
 }  // namespace attn
