@@ -24,6 +24,10 @@
 // that run is results/logs/h100_decode_linear_v1.log).
 // Tile shape: 4 warps x 4 rows = 16 output features per block: N = 4096 gives 256 blocks, two
 // per SM, all resident at once.
+// Launched overlapped (device_values.cuh): on Hopper the next kernel is launched once every
+// warp here has streamed its weights, so its blocks are resident when this one's tail ends.
+// (Prefetching the next kernel's first weights into L2 before its wait was tried: ptxas then
+// scheduled the bf16 main loop with fewer loads in flight, and the step got slower.)
 //
 // Measured speed (GB/s of weights read, against cuBLAS; task 6's TBT against its roofline):
 // Results.md, rendered from results/<gpu>.json.
@@ -125,6 +129,8 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     w_rows[r] = w + w_row * K;
   }
 
+  attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
+
   float acc[kRowsPerWarp][M];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -159,6 +165,9 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
       }
     }
   }
+
+  // The weights are streamed: the next kernel may now be scheduled into this one's tail.
+  attn::let_next_kernel_start();
 
   // Sum each (row, m) over the 32 lanes; lane 0 writes.
 #pragma unroll
@@ -198,10 +207,11 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
                  const torch::Tensor& out, int N, int K, cudaStream_t stream) {
   const int features_per_block = kWarps * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
   const int blocks = attn::ceil_div(N, features_per_block);
-  decode_linear_kernel<T, M, kGated><<<blocks, kThreads, 0, stream>>>(
-      reinterpret_cast<const T*>(x.data_ptr()), reinterpret_cast<const T*>(w.data_ptr()), bias,
-      residual, reinterpret_cast<T*>(out.data_ptr()), N, K);
-  attn::check_launch(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel");
+  attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
+                          decode_linear_kernel<T, M, kGated>, dim3(blocks), dim3(kThreads), stream,
+                          reinterpret_cast<const T*>(x.data_ptr()),
+                          reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
+                          reinterpret_cast<T*>(out.data_ptr()), N, K);
 }
 
 template <typename T, bool kGated>

@@ -1,13 +1,17 @@
 // Small pieces the task 5 kernels share (decode.cu, decode_linear.cu, norm.cu, rope_append.cu):
-// element conversions to and from the fp32 every kernel computes in, and a per-sequence
-// integer (a position, a length) that is either a host value or read on the device.
+// element conversions to and from the fp32 every kernel computes in, a per-sequence integer
+// (a position, a length) that is either a host value or read on the device, and overlapped
+// launches for the fused decode kernels.
 #pragma once
 
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <torch/types.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 
 #include "attention_checks.cuh"
@@ -65,6 +69,62 @@ inline void check_last_dim_contiguous(const torch::Tensor& t, const char* name) 
 
 inline bool aligned16(const torch::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+// Overlapped launches (programmatic dependent launch, Hopper and later). A decode step is ~200
+// small kernels, and between two of them the GPU drains: the last blocks of one finish while
+// the next is still being launched, and its weight stream has not started. A kernel launched
+// with launch_overlapped may start while the kernel before it in the stream is finishing:
+// it must call wait_for_previous_kernel() before it reads anything that kernel wrote, or
+// writes anything (only constant data, such as weights, may be touched before). A kernel calls
+// let_next_kernel_start() once it has waited, so at most two kernels overlap. Before Hopper,
+// or with ATTN_OVERLAP_LAUNCHES=0 (to measure what it buys), it is an ordinary launch and the
+// two calls do nothing. The CUDA graph of a decode step keeps these overlaps.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+inline bool overlapped_launches_enabled() {
+  static const bool switched_off = [] {
+    const char* env = std::getenv("ATTN_OVERLAP_LAUNCHES");
+    return env != nullptr && env[0] == '0';
+  }();
+  if (switched_off) return false;
+  static int major[64] = {};  // per device, looked up once (0: not yet)
+  const int device = c10::cuda::current_device();
+  if (device >= 64) return false;
+  if (major[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device));
+  }
+  return major[device] >= 9;
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...), overlapped where it can be; raises with the
+// kernel's name if the launch fails (as check_launch does).
+template <typename... Params, typename... Args>
+void launch_overlapped(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                       cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute overlap[1];
+  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = overlap;
+  config.numAttrs = overlapped_launches_enabled() ? 1 : 0;
+  const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  (void)cudaGetLastError();  // the error is reported here, once
+  TORCH_CHECK(launched == cudaSuccess, attn::str(name, " failed to launch: ", cudaGetErrorString(launched)));
 }
 
 }  // namespace attn

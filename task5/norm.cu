@@ -19,6 +19,7 @@
 // Tile shape: one block per row; the row's 16-byte pieces spread over the block, about 4
 // per thread (a whole number of warps, 32 to 1024 threads: short rows do not idle threads),
 // at most kMaxPiecesPerThread each (rows up to 32768 fp32 or 65536 fp16/bf16 features).
+// Launched overlapped (device_values.cuh): on Hopper it starts while the kernel before it finishes.
 //
 // Measured: task 6's decode step (TBT and its per-kernel profile) in Results.md.
 
@@ -99,6 +100,8 @@ __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ resid
                             T* __restrict__ out, T* __restrict__ residual_out, int hidden,
                             float eps) {
   __shared__ float scratch[kMaxThreads / 32];
+  attn::wait_for_previous_kernel();  // x and residual come from the kernel before
+  attn::let_next_kernel_start();
   constexpr int kElems = Piece<T>::kElems;
   const int pieces = hidden / kElems;
   const int64_t row_start = static_cast<int64_t>(blockIdx.x) * hidden;
@@ -189,14 +192,9 @@ void launch(const torch::Tensor& x, const std::optional<torch::Tensor>& residual
   const T* bias_ptr = data_or_null<const T>(bias);
   T* res_out_ptr = data_or_null<T>(residual_out);
   const dim3 grid(static_cast<unsigned>(rows));
-  if (rms) {
-    norm_kernel<T, true><<<grid, threads, 0, stream>>>(x_ptr, res_ptr, w_ptr, bias_ptr, out_ptr,
-                                                       res_out_ptr, hidden, eps);
-  } else {
-    norm_kernel<T, false><<<grid, threads, 0, stream>>>(x_ptr, res_ptr, w_ptr, bias_ptr, out_ptr,
-                                                        res_out_ptr, hidden, eps);
-  }
-  attn::check_launch("norm_kernel");
+  attn::launch_overlapped("norm_kernel", rms ? norm_kernel<T, true> : norm_kernel<T, false>, grid,
+                          dim3(threads), stream, x_ptr, res_ptr, w_ptr, bias_ptr, out_ptr,
+                          res_out_ptr, hidden, eps);
 }
 
 void check_row_vector(const torch::Tensor& t, const char* name, const torch::Tensor& x,

@@ -19,6 +19,7 @@
 // Tile shape: 128 threads per block; grid (tokens, ceil(points per token / 128)). A decode
 // step moves a few kilobytes: this kernel is latency, and one launch instead of five is the
 // point.
+// Launched overlapped (device_values.cuh): on Hopper it starts while the kernel before it finishes.
 //
 // Measured: task 6's decode step (TBT and its per-kernel profile) in Results.md.
 
@@ -63,15 +64,19 @@ struct RopeAppendParams {
   RuntimeInt current_pos;
 };
 
-// (x1, x2) rotated by the angle whose cosine and sine are (c, s). Written as PyTorch's
-// x * cos followed by addcmul (x1 cos, then + (-x2) sin as one fused multiply-add), so that
-// fp32 matches task 6's apply_rope bit for bit.
+// (x1, x2) rotated by the angle whose cosine and sine are (c, s), rounded as task 6's
+// apply_rope rounds it in fp32: out = x * cos is one kernel (x1 cos rounded), then PyTorch's
+// addcmul computes fma(value, t1 * t2, out), which for value = -1 rounds x2 sin first and
+// for value = +1 is one fma(x1, s, x2 cos). The _rn intrinsics keep nvcc from contracting
+// the separately rounded products into other fused multiply-adds.
 __device__ __forceinline__ float2 rotate(float x1, float x2, float c, float s) {
-  return make_float2(fmaf(-x2, s, x1 * c), fmaf(x1, s, x2 * c));
+  return make_float2(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)), fmaf(x1, s, __fmul_rn(x2, c)));
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendParams p) {
+  attn::wait_for_previous_kernel();  // q, k, v and the position come from the kernels before
+  attn::let_next_kernel_start();
   const int half = p.head_dim / 2;
   const int64_t token = blockIdx.x;          // b * seq + s
   const int64_t b = token / p.seq, s = token % p.seq;
@@ -209,11 +214,9 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   const c10::cuda::CUDAGuard guard(q.device());
   const dim3 grid(static_cast<unsigned>(batch * seq), static_cast<unsigned>(blocks_per_token));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  switch (q.scalar_type()) {
-    case torch::kFloat32: rope_append_kernel<float><<<grid, kThreads, 0, stream>>>(p); break;
-    case torch::kFloat16: rope_append_kernel<__half><<<grid, kThreads, 0, stream>>>(p); break;
-    default: rope_append_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p); break;
-  }
-  attn::check_launch("rope_append_kernel");
+  const auto kernel = q.scalar_type() == torch::kFloat32   ? rope_append_kernel<float>
+                      : q.scalar_type() == torch::kFloat16 ? rope_append_kernel<__half>
+                                                           : rope_append_kernel<__nv_bfloat16>;
+  attn::launch_overlapped("rope_append_kernel", kernel, grid, dim3(kThreads), stream, p);
   return q_out;
 }
