@@ -40,6 +40,10 @@ def profile_metric(dtype: str, kind: str, field: str) -> str:
 SECTION = Section(
     "Task 6: dummy LLM (B 4, prompt 1024, hidden 4096, 32 heads, 24 layers, vocab 8192, "
     "100 greedy tokens)",
+    intro=("TBT is a whole decode step replayed as one CUDA graph. In the per-kernel table "
+           "(torch.profiler, eager steps) the fused decode kernels are launched overlapped "
+           "(task5/device_values.cuh: each may start while the one before it finishes), so "
+           "their times overlap and add up to more than the step takes.",),
     blocks=(Table(("dtype", "TTFT (ms)", "TBT (ms)", "TBT / weight-read time",
                    "TBT / weights + KV read time", "TBT unfused (ms)", "TTFT: PyTorch path / ours"),
                   tuple(Row((d, Metric(course_metric(d, TTFT_MS), "{:.1f}"),
