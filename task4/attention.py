@@ -10,6 +10,7 @@ This file is the Python side, read top to bottom:
     flash_attention(q, k, v, causal)      q/k/v [B, heads, S, head_dim] -> [B, heads, S, head_dim]
         fp32          -> ext.flash_attention_fp32  (the course kernel, CUDA cores)
         fp16 or bf16  -> ext.flash_attention_mma   (tensor cores, task4/flash_attention_mma.cu)
+                         (or, with HOPPER_PREFILL, the sm_90a kernel of task4/hopper.py)
     CustomFlashAttention(w_q, w_k, w_v, w_o, hidden_dim, num_heads)
         forward(x, causal): the projections in PyTorch (one GEMM for q, k and v, as
         nn.MultiheadAttention does), the attention on head *views* of them (no copies: the
@@ -21,12 +22,14 @@ The kernels take any strides whose last dimension is contiguous, so `x.view(B, S
 
 from __future__ import annotations
 
+import warnings
 import weakref
+from functools import cache
 
 import torch
 from torch import nn
 
-from common.build import call_extension
+from common.build import BuildError, call_extension
 from task4.compile import load
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -66,10 +69,54 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     check_variant_arguments(k, window, key_lengths)
     if _strided_as_dense_classes(q, k, stride, window, mask, key_lengths):
         return _strided_by_classes(q, k, v, causal, out, stride)
+    version = _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths)
+    if version is not None:
+        from task4 import hopper
+
+        return hopper.flash_attention_hopper(q, k, v, causal, version, out)
     ext = _extension()
     fn = ext.flash_attention_mma if q.dtype in HALF_DTYPES else ext.flash_attention_fp32
     return call_extension(fn, q, k, v, causal, out, window, stride, mask, key_lengths,
                           left_padding)
+
+
+# The Hopper kernel (task4/flash_attention_hopper.cu) for fp16/bf16 on an H100 or H200, at
+# the rung of its ladder that measured fastest for the head_dim (Results.md, "The Hopper
+# kernel's ladder"); everything it does not take (other head dims, windows, strides, masks,
+# key lengths, other GPUs, a failed build) stays on the mma.sync kernel. Off until tasks 5 to
+# 7 have run on it on an H100 (task4/NOTES.md); the tests switch it on to check the routing.
+HOPPER_PREFILL = False
+HOPPER_VERSION_BY_HEAD_DIM = {64: 2, 128: 3}
+
+
+def _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths) -> int | None:
+    """The Hopper kernel's version to run these inputs on, or None for the mma.sync kernel."""
+    if not HOPPER_PREFILL or not isinstance(q, torch.Tensor) or q.dtype not in HALF_DTYPES:
+        return None
+    version = HOPPER_VERSION_BY_HEAD_DIM.get(q.shape[-1])
+    if version is None or not _hopper_built():
+        return None
+    from task4 import hopper
+
+    takes = hopper.supports(q, k, v, causal, out, window=window, stride=stride, mask=mask,
+                            key_lengths=key_lengths)
+    return version if takes else None
+
+
+@cache
+def _hopper_built() -> bool:
+    """Whether the sm_90a extension is here (built once; a failed build is not retried)."""
+    from task4 import hopper
+
+    if not hopper.available():
+        return False
+    try:
+        hopper.load()
+    except BuildError as err:
+        warnings.warn(f"The Hopper kernel did not build, so fp16/bf16 attention runs on the "
+                      f"mma.sync kernel: {str(err).splitlines()[0]}", stacklevel=3)
+        return False
+    return True
 
 
 # Strided attention is `stride` independent dense problems: with S_q == S_k, query i sees

@@ -126,6 +126,46 @@ VARIANTS_SECTION = Section(
                    "ratio (same run, alternating)"), _dense_rows())),
     sources=("task4.variants",), where="beyond")
 
+# --- the Hopper kernel's ladder (task4/hopper_ladder.py) --------------------------------------
+
+HOPPER_VERSIONS = (1, 2, 3)
+HOPPER_SHAPES = ("b4_h32_s4096_d128", "b8_h32_s2048_d64", "b1_h32_s16384_d128")
+
+
+def hopper_prefix(dtype: str, shape: str, mask: str, version: int | None = None) -> str:
+    """task4.hopper[.v<N>].<dtype>.<shape>.<mask>: the sm_90a kernel (version N) and its peers."""
+    return f"task4.hopper.{f'v{version}.' if version else ''}{dtype}.{shape}.{mask}"
+
+
+def _hopper_rows() -> tuple[Row, ...]:
+    rows = []
+    for dtype in ("fp16", "bf16"):
+        for shape in HOPPER_SHAPES:
+            for mask in MASKS:
+                peers = hopper_prefix(dtype, shape, mask)
+                rows.append(Row((dtype, shape, mask,
+                                 Metric(f"{peers}.sdpa_cudnn_tflops", "{:.0f}"),
+                                 Metric(f"{peers}.sdpa_flash_tflops", "{:.0f}"),
+                                 *(Metric(f"{hopper_prefix(dtype, shape, mask, v)}.tflops", "{:.0f}")
+                                   for v in HOPPER_VERSIONS),
+                                 *(Metric(f"{hopper_prefix(dtype, shape, mask, v)}.ratio_vs_sdpa_cudnn",
+                                          suffix="x") for v in HOPPER_VERSIONS)),
+                                when=peers))
+    return tuple(rows)
+
+
+HOPPER_SECTION = Section(
+    "The Hopper kernel's ladder (sm_90a, not yet picked by flash_attention)",
+    intro=("task4/flash_attention_hopper.cu, each version timed beside SDPA pinned to cuDNN and to "
+           "FlashAttention-2 in the same process (`python -m task4.hopper_ladder`); TFLOP/s = "
+           "4·B·H·S²·D / time, halved when causal; ratio = the version's throughput / cuDNN's. "
+           "v1: wgmma with cp.async loads; v2: TMA + mbarrier pipeline; v3: producer/consumer "
+           "warpgroups.",),
+    blocks=(Table(("dtype", "shape", "mask", "cuDNN TFLOP/s", "FA2 TFLOP/s",
+                   *(f"v{v} TFLOP/s" for v in HOPPER_VERSIONS),
+                   *(f"v{v} / cuDNN" for v in HOPPER_VERSIONS)), _hopper_rows()),),
+    sources=("task4.hopper",), where="beyond")
+
 MANIFEST = TaskManifest(
     task=4, points=4, needs_gpu=True,
     parts=(Part(("course", "shapes"), 2),),
@@ -134,5 +174,5 @@ MANIFEST = TaskManifest(
     shown=tuple(Metric(speedup(mask, shape), suffix="x",
                        label=f"{'c' if mask == 'causal' else 'nc'} {label.strip('()').replace(', ', 'x')}")
                 for shape, label in COURSE_SHAPES for mask in MASKS),
-    sections=(COURSE_SECTION, KERNEL_SECTION, VARIANTS_SECTION),
+    sections=(COURSE_SECTION, KERNEL_SECTION, VARIANTS_SECTION, HOPPER_SECTION),
     cpu_note="its kernel is CUDA")

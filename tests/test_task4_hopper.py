@@ -165,3 +165,59 @@ def test_refuses_what_it_does_not_take():
         hopper.flash_attention_hopper(d96, d96, d96)
     with pytest.raises(ValueError):
         hopper.flash_attention_hopper(q, q, q, version=4)
+
+
+def test_the_ladder_records_every_figure_results_md_shows():
+    """task4/hopper_ladder.py's metric names are the ones task 4's manifest renders: a table
+    of the shape time_ladder returns yields every Metric of the Hopper section, and no other."""
+    from common.manifest import Metric
+    from task4 import hopper_ladder, manifest
+
+    table = {f"{dtype}.{shape}.{mask}": {"cudnn": 600.0, "fa2": 300.0,
+                                         **{f"v{v}": 100.0 * v for v in manifest.HOPPER_VERSIONS}}
+             for dtype in hopper_ladder.DTYPES for shape in hopper_ladder.SHAPES
+             for mask in hopper_ladder.MASKS}
+    recorded = hopper_ladder.metrics_from(table)
+    shown = {cell.name for row in manifest.HOPPER_SECTION.blocks[0].rows for cell in row.cells
+             if isinstance(cell, Metric)}
+    assert set(recorded) == shown
+    assert recorded["task4.hopper.v3.bf16.b4_h32_s4096_d128.causal.ratio_vs_sdpa_cudnn"] == 0.5
+    assert tuple(hopper_ladder.SHAPES) == manifest.HOPPER_SHAPES
+
+
+def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
+    """With HOPPER_PREFILL on, fp16/bf16 inputs the Hopper kernel takes go to it, at the
+    version chosen for their head_dim; anything else (fp32, head_dim 96, a kernel that says
+    no, no Hopper GPU) stays on the mma.sync path. Fakes stand in for the GPU."""
+    from task4 import attention, hopper
+
+    calls = []
+    monkeypatch.setattr(attention, "HOPPER_PREFILL", True)
+    monkeypatch.setattr(attention, "_hopper_built", lambda: True)
+    monkeypatch.setattr(hopper, "supports", lambda q, *a, **kw: q.shape[2] != 5)
+    monkeypatch.setattr(hopper, "flash_attention_hopper",
+                        lambda q, k, v, causal, version, out: calls.append(version) or q)
+
+    def route(dtype, seq, head_dim, **variant):
+        q = torch.zeros(1, 2, seq, head_dim, dtype=dtype)
+        return attention._hopper_version(q, q, q, False, None, variant.get("window"), 1, None, None)
+
+    assert route(torch.float16, 8, 128) == 3 and route(torch.bfloat16, 8, 64) == 2
+    assert route(torch.float32, 8, 128) is None      # fp32: the course kernel
+    assert route(torch.float16, 8, 96) is None       # no rung measured for head_dim 96
+    assert route(torch.float16, 5, 64) is None       # the kernel's own supports() says no
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    assert attention.flash_attention(q, q, q) is q and calls == [2]
+    monkeypatch.setattr(attention, "HOPPER_PREFILL", False)
+    assert route(torch.float16, 8, 128) is None
+
+
+def test_without_a_hopper_gpu_the_routing_never_builds_it(monkeypatch):
+    from task4 import attention, hopper
+
+    monkeypatch.setattr(hopper, "available", lambda: False)
+    attention._hopper_built.cache_clear()
+    try:
+        assert attention._hopper_built() is False
+    finally:
+        attention._hopper_built.cache_clear()

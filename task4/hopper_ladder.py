@@ -1,0 +1,164 @@
+"""Time the Hopper kernel's ladder yourself: each version checked, then timed beside SDPA.
+
+    python -m task4.hopper_ladder                 # all three versions, record the figures
+    python -m task4.hopper_ladder --versions 3 --no-record
+
+1. Builds the sm_90a extension (task4/hopper.py).
+2. Checks each version (1 = wgmma + cp.async, 2 = TMA + mbarrier pipeline, 3 = producer/consumer
+   warpgroups; task4/flash_attention_hopper.cu) in its own process, so a version that faults
+   cannot take the others down: fp16 and bf16, both masks, lengths 1 to 2049 (not tile
+   multiples), head_dim 64 and 128, against float64 by FlashAttention-2's criterion (error at
+   most 2x PyTorch's same-dtype SDPA error + 1e-5). The full matrix (GQA, S_q != S_k, strided
+   views) is tests/test_task4_hopper.py.
+3. Times every correct version on the issue's shapes beside SDPA pinned to cuDNN and to
+   FlashAttention-2, in the same process: 3 warm-up calls, then the median of 10 CUDA-event
+   timings (each input is at least 67 MB, larger than L2, so nothing is served from it).
+   TFLOP/s = 4·B·H·S²·D / time, halved when causal.
+Recorded as task4.hopper.<version>.<dtype>.<shape>.<mask>.{tflops,ratio_vs_sdpa_cudnn} and
+task4.hopper.<dtype>.<shape>.<mask>.sdpa_{cudnn,flash}_tflops; Results.md renders them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+# (B, H, S, D) of the correctness cases; lengths that are not multiples of any tile.
+CHECK_CASES = ((1, 2, 1, 64), (2, 3, 7, 64), (2, 3, 113, 128), (1, 4, 1000, 128), (2, 2, 257, 64),
+               (1, 2, 1023, 64), (1, 2, 2049, 128))
+SHAPES = {"b4_h32_s4096_d128": (4, 32, 4096, 128), "b8_h32_s2048_d64": (8, 32, 2048, 64),
+          "b1_h32_s16384_d128": (1, 32, 16384, 128)}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+MASKS = ("noncausal", "causal")
+
+
+def check_version(version: int) -> list[list]:
+    """[dtype, B, H, S, D, causal, error, tolerance, exception] per case (run in a child)."""
+    from task4 import hopper
+
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for dtype in DTYPES.values():
+        for (b, h, s, d) in CHECK_CASES:
+            for causal in (False, True):
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=gen).to(dtype)
+                           for _ in range(3))
+                try:
+                    out = hopper.flash_attention_hopper(q, k, v, causal, version)
+                    torch.cuda.synchronize()
+                except Exception as exc:  # reported, not raised: the parent prints it
+                    rows.append([str(dtype), b, h, s, d, causal, None, None, repr(exc)[:200]])
+                    continue
+                truth = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+                same_dtype = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                err = (out.double() - truth).abs().max().item()
+                tol = 2 * (same_dtype.double() - truth).abs().max().item() + 1e-5
+                rows.append([str(dtype), b, h, s, d, causal, err, tol, ""])
+    return rows
+
+
+def median_ms(fn, reps: int = 10) -> float:
+    for _ in range(3):
+        fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return sorted(start.elapsed_time(end) for start, end in events)[reps // 2]
+
+
+def time_ladder(versions: list[int]) -> dict[str, dict[str, float]]:
+    """{"<dtype>.<shape>.<mask>": {"cudnn": TFLOP/s, "fa2": ..., "v<N>": ...}}."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from task4 import hopper
+
+    table = {}
+    for dtype_name, dtype in DTYPES.items():
+        for label, (b, h, s, d) in SHAPES.items():
+            q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
+            for mask in MASKS:
+                causal = mask == "causal"
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                ms = {}
+                for backend, name in ((SDPBackend.CUDNN_ATTENTION, "cudnn"),
+                                      (SDPBackend.FLASH_ATTENTION, "fa2")):
+                    with sdpa_kernel(backend):
+                        ms[name] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                for version in versions:
+                    ms[f"v{version}"] = median_ms(
+                        lambda: hopper.flash_attention_hopper(q, k, v, causal, version))
+                key = f"{dtype_name}.{label}.{mask}"
+                table[key] = {name: flops / (t * 1e-3) / 1e12 for name, t in ms.items()}
+                print(key, " ".join(f"{n} {tf:.0f}" for n, tf in table[key].items()), flush=True)
+    return table
+
+
+def metrics_from(table: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The results-JSON figures of a time_ladder table."""
+    metrics = {}
+    for key, row in table.items():
+        metrics[f"task4.hopper.{key}.sdpa_cudnn_tflops"] = row["cudnn"]
+        metrics[f"task4.hopper.{key}.sdpa_flash_tflops"] = row["fa2"]
+        for name, tf in row.items():
+            if name.startswith("v"):
+                metrics[f"task4.hopper.{name}.{key}.tflops"] = tf
+                metrics[f"task4.hopper.{name}.{key}.ratio_vs_sdpa_cudnn"] = tf / row["cudnn"]
+    return metrics
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m task4.hopper_ladder", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--versions", default="3,2,1", help="versions to check and time")
+    parser.add_argument("--no-record", action="store_true", help="do not write results/<gpu>.json")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        print("JSON" + json.dumps(check_version(args.child)))
+        return 0
+
+    from task4 import hopper
+
+    if not hopper.available():
+        print("task4.hopper_ladder needs a compute capability 9.0 GPU (H100, H200): the kernel is "
+              "sm_90a code.")
+        return 1
+    start = time.time()
+    hopper.load()
+    print(f"built in {time.time() - start:.0f} s", flush=True)
+    correct = []
+    for version in (int(v) for v in args.versions.split(",")):
+        proc = subprocess.run([sys.executable, "-m", "task4.hopper_ladder", "--child", str(version)],
+                              capture_output=True, text=True, timeout=300)
+        found = [line for line in proc.stdout.splitlines() if line.startswith("JSON")]
+        if not found:
+            print(f"v{version}: crashed (exit {proc.returncode})\n{proc.stderr[-1500:]}", flush=True)
+            continue
+        rows = json.loads(found[0][4:])
+        bad = [r for r in rows if r[6] is None or not r[6] <= r[7]]
+        print(f"v{version}: {len(rows) - len(bad)}/{len(rows)} cases within FlashAttention-2's "
+              "criterion", flush=True)
+        for row in bad[:8]:
+            print("   ", row, flush=True)
+        if not bad:
+            correct.append(version)
+    table = time_ladder(correct) if correct else {}
+    if table and not args.no_record:
+        from common.results import record
+
+        print(f"[task4] recorded in {record(metrics_from(table))}")
+    return 0 if correct else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
