@@ -1,26 +1,38 @@
-"""What the attention kernels of tasks 4 and 5 accept: the one home of these numbers.
+"""What the kernels of tasks 4 and 5 accept: the one home of these numbers.
 
-Python code checks against these constants (`supports`, `check_head_dim`), and
-`common.build` passes the same values to every extension build as `-DATTN_MAX_HEAD_DIM=128
--DATTN_HEAD_DIM_MULTIPLE=8` (nvcc and the C++ compiler alike; `common.tools.compile_check`
-too), so a kernel checks with the macros, never a literal of its own.
+Python code checks against these constants (`supports`, `check_head_dim`, the fused decode
+wrappers' fallbacks), and `common.build` passes the same values to every extension build as
+-D defines (`-DATTN_MAX_HEAD_DIM=128 -DATTN_HEAD_DIM_MULTIPLE=8 ...`, nvcc and the C++
+compiler alike; `common.tools.compile_check` too), so a kernel uses the macros, never a
+literal of its own.
 
-The reasons: head_dim <= 128 sizes the kernels' registers and shared memory (one 128-wide
-row per thread group); a multiple of 8 keeps every row 16-byte aligned for fp16/bf16 vector
-loads (8 halves) and the tensor-core fragments whole.
+The reasons: head_dim <= 128 sizes the attention kernels' registers and shared memory (one
+128-wide row per thread group); a multiple of 8 keeps every row 16-byte aligned for fp16/bf16
+vector loads (8 halves) and the tensor-core fragments whole. decode_linear keeps a
+[rows][4] accumulator per lane in registers, one template instance per row count, so it takes
+at most DECODE_LINEAR_MAX_ROWS rows (a decode step's batch). The norm kernel holds a row in
+registers, NORM_MAX_PIECES_PER_THREAD 16-byte pieces per thread of a block of at most
+NORM_MAX_THREADS: longer rows fall back to PyTorch.
 """
 
 from __future__ import annotations
 
 MAX_HEAD_DIM = 128
 HEAD_DIM_MULTIPLE = 8
+DECODE_LINEAR_MAX_ROWS = 8          # task5/decode_linear.cu (and decode_swiglu)
+NORM_MAX_THREADS = 1024             # task5/norm.cu: one block per row
+NORM_MAX_PIECES_PER_THREAD = 8
+NORM_MAX_PIECES = NORM_MAX_THREADS * NORM_MAX_PIECES_PER_THREAD   # 16-byte pieces of one row
 
 # The preprocessor names the extensions see, and their values.
-DEFINES = {"ATTN_MAX_HEAD_DIM": MAX_HEAD_DIM, "ATTN_HEAD_DIM_MULTIPLE": HEAD_DIM_MULTIPLE}
+DEFINES = {"ATTN_MAX_HEAD_DIM": MAX_HEAD_DIM, "ATTN_HEAD_DIM_MULTIPLE": HEAD_DIM_MULTIPLE,
+           "ATTN_DECODE_LINEAR_MAX_ROWS": DECODE_LINEAR_MAX_ROWS,
+           "ATTN_NORM_MAX_THREADS": NORM_MAX_THREADS,
+           "ATTN_NORM_MAX_PIECES_PER_THREAD": NORM_MAX_PIECES_PER_THREAD}
 
 
 def define_flags() -> list[str]:
-    """['-DATTN_MAX_HEAD_DIM=128', '-DATTN_HEAD_DIM_MULTIPLE=8'] for nvcc and the C++ compiler."""
+    """['-DATTN_MAX_HEAD_DIM=128', ...] for nvcc and the C++ compiler: one per DEFINES entry."""
     return [f"-D{name}={value}" for name, value in DEFINES.items()]
 
 

@@ -43,7 +43,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from common.limits import check_head_dim
+from common.limits import DECODE_LINEAR_MAX_ROWS, check_head_dim
 
 # Split-KV heuristic (choose_num_splits). A decode block is 4 warps and 5-6 of them fit on an
 # SM; about 2 per SM already keep enough loads in flight to saturate HBM. So: split only until
@@ -290,8 +290,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     return flash_attention(q, k, v, causal, out, window=window, stride=stride, mask=mask,
                            key_lengths=key_lengths, left_padding=left_padding)
 
-
-DECODE_LINEAR_MAX_ROWS = 8
 
 
 def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

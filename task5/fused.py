@@ -28,10 +28,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from task5.attention import DECODE_LINEAR_MAX_ROWS, _ext, _int_or_tensor
+from common.limits import DECODE_LINEAR_MAX_ROWS, NORM_MAX_PIECES
+from task5.attention import _ext, _int_or_tensor
 
 HALF_AND_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
-NORM_MAX_PIECES = 8 * 1024      # 16-byte pieces of a row the norm kernel holds (norm.cu)
 
 
 def _aligned(*tensors: torch.Tensor | None) -> bool:

@@ -39,8 +39,9 @@
 
 namespace {
 
-constexpr int kMaxPiecesPerThread = 8;   // 16-byte pieces of the row held per thread
-constexpr int kMaxThreads = 1024;
+// 16-byte pieces of the row held per thread, and threads per block (common/limits.py).
+constexpr int kMaxPiecesPerThread = ATTN_NORM_MAX_PIECES_PER_THREAD;
+constexpr int kMaxThreads = ATTN_NORM_MAX_THREADS;
 constexpr unsigned kFullWarp = 0xffffffffu;
 
 using attn::from_float;

@@ -20,7 +20,10 @@ def test_supports_and_the_sentence():
 
 def test_every_build_gets_the_defines():
     flags = [f"-DATTN_MAX_HEAD_DIM={limits.MAX_HEAD_DIM}",
-             f"-DATTN_HEAD_DIM_MULTIPLE={limits.HEAD_DIM_MULTIPLE}"]
+             f"-DATTN_HEAD_DIM_MULTIPLE={limits.HEAD_DIM_MULTIPLE}",
+             f"-DATTN_DECODE_LINEAR_MAX_ROWS={limits.DECODE_LINEAR_MAX_ROWS}",
+             f"-DATTN_NORM_MAX_THREADS={limits.NORM_MAX_THREADS}",
+             f"-DATTN_NORM_MAX_PIECES_PER_THREAD={limits.NORM_MAX_PIECES_PER_THREAD}"]
     assert limits.define_flags() == flags
     for flag in flags:
         assert flag in build.CUDA_FLAGS and flag in build.CXX_FLAGS
