@@ -1266,41 +1266,9 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
 
   torch::Tensor o = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
   hopper_attn::Params p;
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
-  p.out = o.data_ptr();
-  p.q_batch_stride = q.stride(0);
-  p.q_head_stride = q.stride(1);
-  p.q_row_stride = q.stride(2);
-  p.k_batch_stride = k.stride(0);
-  p.k_head_stride = k.stride(1);
-  p.k_row_stride = k.stride(2);
-  p.v_batch_stride = v.stride(0);
-  p.v_head_stride = v.stride(1);
-  p.v_row_stride = v.stride(2);
-  p.o_batch_stride = o.stride(0);
-  p.o_head_stride = o.stride(1);
-  p.o_row_stride = o.stride(2);
-  p.batch_heads = q.size(0) * q.size(1);
-  p.heads = static_cast<int>(q.size(1));
-  p.kv_group = kv_group;
-  p.seq_q = static_cast<int>(q.size(2));
-  p.seq_k = static_cast<int>(k.size(2));
-  p.head_dim = static_cast<int>(q.size(3));
+  mma_attn::set_problem(p, q, k, v, o, kv_group);
   p.mask = attn::make_mask_params(q, k, causal, std::nullopt, 1, std::nullopt, std::nullopt, false, 1.f);
-  p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(q.size(3))));
-  p.lse = nullptr;
-  if (lse.has_value()) {  // [B, H_q, S_q] float32, contiguous: each row's base-2 log-sum-exp
-    attn::check_cuda_tensor(*lse, "lse");
-    TORCH_CHECK_TYPE(lse->scalar_type() == torch::kFloat32, attn::str("lse must be float32 but has dtype ",
-                     lse->scalar_type(), "."));
-    TORCH_CHECK_VALUE(lse->device() == q.device() && lse->is_contiguous() && lse->dim() == 3 &&
-                      lse->size(0) == q.size(0) && lse->size(1) == q.size(1) && lse->size(2) == q.size(2),
-                      attn::str("lse must be a contiguous float32 [", q.size(0), ", ", q.size(1), ", ",
-                      q.size(2), "] tensor on q's device but has shape ", lse->sizes(), "."));
-    p.lse = lse->data_ptr<float>();
-  }
+  mma_attn::set_lse(p, lse, q);
 
   // BEGIN SOLUTION
   // HINT: Optional extension (beyond the graded course): dispatch to the instantiation for

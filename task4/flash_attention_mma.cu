@@ -94,7 +94,7 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
   attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
   const int kv_group = attn::check_qkv_shapes(q, k, v);
-  const int64_t batch = q.size(0), heads = q.size(1), seq = std::max(q.size(2), k.size(2));
+  const int64_t heads = q.size(1), seq = std::max(q.size(2), k.size(2));
   const int64_t head_dim = q.size(3);
   attn::check_head_dim(head_dim);
   static_assert(attn::kMaxHeadDim <= 128, "the dispatch below instantiates head dims up to 128");
@@ -128,45 +128,11 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   }
 
   mma_attn::Params p;
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
-  p.out = o.data_ptr();
-  p.q_batch_stride = q.stride(0);
-  p.q_head_stride = q.stride(1);
-  p.q_row_stride = q.stride(2);
-  p.k_batch_stride = k.stride(0);
-  p.k_head_stride = k.stride(1);
-  p.k_row_stride = k.stride(2);
-  p.v_batch_stride = v.stride(0);
-  p.v_head_stride = v.stride(1);
-  p.v_row_stride = v.stride(2);
-  p.o_batch_stride = o.stride(0);
-  p.o_head_stride = o.stride(1);
-  p.o_row_stride = o.stride(2);
-  p.batch_heads = batch * heads;
-  p.heads = static_cast<int>(heads);
-  p.kv_group = kv_group;
-  p.seq_q = static_cast<int>(q.size(2));
-  p.seq_k = static_cast<int>(k.size(2));
-  p.head_dim = static_cast<int>(head_dim);
+  mma_attn::set_problem(p, q, k, v, o, kv_group);
   // An additive mask value a (logit units) is a * sqrt(D) in the kernel's raw score units.
   p.mask = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths, left_padding,
                                   static_cast<float>(std::sqrt(static_cast<double>(head_dim))));
-  p.lse = nullptr;
-  if (lse.has_value()) {  // [B, H_q, S_q] float32, contiguous: each row's base-2 log-sum-exp
-    attn::check_cuda_tensor(*lse, "lse");
-    TORCH_CHECK_TYPE(lse->scalar_type() == torch::kFloat32, attn::str("lse must be float32 but has dtype ",
-                     lse->scalar_type(), "."));
-    TORCH_CHECK_VALUE(lse->device() == q.device() && lse->is_contiguous() && lse->dim() == 3 &&
-                      lse->size(0) == batch && lse->size(1) == heads && lse->size(2) == q.size(2),
-                      attn::str("lse must be a contiguous float32 [", batch, ", ", heads, ", ", q.size(2),
-                      "] tensor on q's device but has shape ", lse->sizes(), "."));
-    p.lse = lse->data_ptr<float>();
-  }
-  // exp(x / sqrt(D)) = exp2(x * log2(e) / sqrt(D)); the true D, also when the kernel's tile
-  // is wider (the padding columns are zero and add nothing to q.k).
-  p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(head_dim)));
+  mma_attn::set_lse(p, lse, q);
 
   // BEGIN SOLUTION
   // HINT: Optional extension (beyond the graded course): fill in the kernel in
