@@ -39,11 +39,12 @@ def capture_graph(step: Callable[[], Any], *, warmup: int = 2,
     return graph, out
 
 
-def graph_time_per_call_ms(fn: Callable[..., Any], sets: list[tuple], *, calls: int = 32,
-                           warmup: int = 3, repeats: int = 20) -> float:
-    """Median GPU time of one `fn(*set)` call, timed as replays of a CUDA graph that holds
-    `calls` calls rotating over `sets` (inputs bigger than L2 together): the host's launch
-    cost is out, as it is in a decode loop that replays a captured step."""
+def graph_per_call_timer(fn: Callable[..., Any], sets: list[tuple], *, calls: int = 32,
+                         warmup: int = 3) -> Callable[[int], float]:
+    """Capture `calls` calls of `fn` rotating over `sets` (inputs bigger than L2 together) as
+    one CUDA graph; the returned `timer(repeats)` replays it and gives the median GPU time of
+    one call in ms. The host's launch cost is out, as it is in a decode loop that replays a
+    captured step."""
     from common.timing import time_cuda
 
     def step():
@@ -51,4 +52,25 @@ def graph_time_per_call_ms(fn: Callable[..., Any], sets: list[tuple], *, calls: 
             fn(*sets[i % len(sets)])
 
     graph, _ = capture_graph(step, warmup=warmup)
-    return time_cuda(graph.replay, warmup=2, repeats=repeats).median_ms / calls
+    return lambda repeats: time_cuda(graph.replay, warmup=2, repeats=repeats).median_ms / calls
+
+
+def graph_time_per_call_ms(fn: Callable[..., Any], sets: list[tuple], *, calls: int = 32,
+                           warmup: int = 3, repeats: int = 20) -> float:
+    """Median GPU time of one `fn(*set)` call, timed as replays of a CUDA graph
+    (graph_per_call_timer)."""
+    return graph_per_call_timer(fn, sets, calls=calls, warmup=warmup)(repeats)
+
+
+def interleaved_medians(timers: dict[str, Callable[[int], float]], *, rounds: int = 5,
+                        repeats: int = 20) -> dict[str, float]:
+    """Each timer once per round, in turn, `rounds` rounds; the median of each timer's rounds.
+    Contenders a few percent apart need this: the GPU's clock drifts over a run by more than
+    that, and timing one contender after the other would measure the drift."""
+    import statistics
+
+    samples: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            samples[name].append(timer(repeats))
+    return {name: statistics.median(values) for name, values in samples.items()}

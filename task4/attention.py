@@ -10,7 +10,8 @@ This file is the Python side, read top to bottom:
     flash_attention(q, k, v, causal)      q/k/v [B, heads, S, head_dim] -> [B, heads, S, head_dim]
         fp32          -> ext.flash_attention_fp32  (the course kernel, CUDA cores)
         fp16 or bf16  -> ext.flash_attention_mma   (tensor cores, task4/flash_attention_mma.cu)
-                         (or, with HOPPER_PREFILL, the sm_90a kernel of task4/hopper.py)
+                         or, on an H100/H200, the sm_90a kernel of task4/hopper.py
+                         (task4/flash_attention_hopper.cu) for what it takes
     CustomFlashAttention(w_q, w_k, w_v, w_o, hidden_dim, num_heads)
         forward(x, causal): the projections in PyTorch (one GEMM for q, k and v, as
         nn.MultiheadAttention does), the attention on head *views* of them (no copies: the
@@ -22,6 +23,8 @@ The kernels take any strides whose last dimension is contiguous, so `x.view(B, S
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
 import weakref
 from functools import cache
@@ -83,10 +86,22 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 # The Hopper kernel (task4/flash_attention_hopper.cu) for fp16/bf16 on an H100 or H200, at
 # the rung of its ladder that measured fastest for the head_dim (Results.md, "The Hopper
 # kernel's ladder"); everything it does not take (other head dims, windows, strides, masks,
-# key lengths, other GPUs, a failed build) stays on the mma.sync kernel. Off until tasks 5 to
-# 7 have run on it on an H100 (task4/NOTES.md); the tests switch it on to check the routing.
-HOPPER_PREFILL = False
+# key lengths, other GPUs, a failed build, a kernel that is not written yet) stays on the
+# mma.sync kernel. On by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`)
+# keeps fp16/bf16 on the mma.sync kernel, to compare the two or to time the mma.sync kernel.
+HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
 HOPPER_VERSION_BY_HEAD_DIM = {64: 2, 128: 3}
+
+
+@contextlib.contextmanager
+def hopper_prefill(enabled: bool):
+    """Within the block, fp16/bf16 attention may use the Hopper kernel (True) or not (False)."""
+    global HOPPER_PREFILL
+    before, HOPPER_PREFILL = HOPPER_PREFILL, bool(enabled)
+    try:
+        yield
+    finally:
+        HOPPER_PREFILL = before
 
 
 def _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths) -> int | None:
@@ -94,7 +109,7 @@ def _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths) -> 
     if not HOPPER_PREFILL or not isinstance(q, torch.Tensor) or q.dtype not in HALF_DTYPES:
         return None
     version = HOPPER_VERSION_BY_HEAD_DIM.get(q.shape[-1])
-    if version is None or not _hopper_built():
+    if version is None or not _hopper_ready():
         return None
     from task4 import hopper
 
@@ -103,19 +118,49 @@ def _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths) -> 
     return version if takes else None
 
 
+def _hopper_ready() -> bool:
+    """Whether the sm_90a extension is here and works: built once (a failed build is not
+    retried), then one small problem per version in use checked against PyTorch, so that a
+    Hopper kernel that is not written yet (the student release) or gives wrong results never
+    takes the course's prefills. While a CUDA graph is captured (no synchronizing allowed)
+    before that check has run, the answer is no."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return _hopper_probe.cache_info().currsize > 0 and _hopper_probe()
+    return _hopper_probe()
+
+
 @cache
-def _hopper_built() -> bool:
-    """Whether the sm_90a extension is here (built once; a failed build is not retried)."""
+def _hopper_probe() -> bool:
     from task4 import hopper
 
     if not hopper.available():
         return False
     try:
-        hopper.load()
+        ext = hopper.load()
     except BuildError as err:
         warnings.warn(f"The Hopper kernel did not build, so fp16/bf16 attention runs on the "
                       f"mma.sync kernel: {str(err).splitlines()[0]}", stacklevel=3)
         return False
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for head_dim, version in HOPPER_VERSION_BY_HEAD_DIM.items():
+        q, k, v = (torch.randn(1, 2, 130, head_dim, device="cuda", generator=gen).half()
+                   for _ in range(3))
+        try:
+            ours = ext.flash_attention_hopper(q, k, v, True, version, None, None)
+        except NotImplementedError:
+            return False  # the optional extension is not written: nothing to say
+        except RuntimeError as err:
+            warnings.warn(f"The Hopper kernel (version {version}) failed on a small problem, so "
+                          f"fp16/bf16 attention runs on the mma.sync kernel: "
+                          f"{str(err).splitlines()[0]}", stacklevel=3)
+            return False
+        truth = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                 is_causal=True)
+        if not (ours.float() - truth).abs().max().item() <= 1e-2:
+            warnings.warn(f"The Hopper kernel (version {version}) gives wrong results on a small "
+                          "problem, so fp16/bf16 attention runs on the mma.sync kernel "
+                          "(python -m pytest tests/test_task4_hopper.py shows where).", stacklevel=3)
+            return False
     return True
 
 

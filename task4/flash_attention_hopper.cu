@@ -116,6 +116,8 @@ struct Tile {
   static constexpr int kVersion = kVersion_;
   static constexpr bool kTma = kVersion >= 2;
   static constexpr bool kWarpSpecialized = kVersion >= 3;
+  static constexpr bool kIntraOverlap = kVersion >= 4;  // softmax[j] overlaps P[j-1] V[j-1]
+  static constexpr bool kPingPong = kVersion >= 5;      // the consumers take turns at wgmma
   static constexpr int kConsumers = kWarpSpecialized ? 2 : 1;  // warpgroups that compute
   static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
@@ -288,6 +290,13 @@ template <int kN>
 __device__ __forceinline__ void fence_registers(float (&r)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int kRows, int kCols>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[kRows][kCols]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
 }
 
 // wgmma m64nNk16 with fp32 accumulators, for N in {64, 128}: ss takes A and B from shared
@@ -518,6 +527,18 @@ __device__ __forceinline__ void warpgroup_barrier_sync(int warpgroup) {
   else asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
+// v5's turns: the two consumer warpgroups take turns issuing their wgmma. Named barrier 3 + c
+// is consumer c's turn: c waits on it (bar.sync, 256 = its 128 threads + the other's 128
+// arrivals), and the other consumer arrives on it (bar.arrive, no wait) once it has issued.
+__device__ __forceinline__ void wait_for_turn(int consumer) {
+  if (consumer == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  else asm volatile("bar.sync 4, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void pass_turn(int consumer) {  // to the other consumer
+  if (consumer == 0) asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  else asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+}
+
 // setmaxnreg: the executing warpgroup's register budget shrinks / grows to kRegs [ptx].
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -608,14 +629,14 @@ __device__ __forceinline__ void init_row_state(RowState<Cfg>& st) {
 // S = Q K^T for this warpgroup's 64 rows: D/16 wgmma steps of k16. Q and K are K-major;
 // stepping k16 inside a 128-byte row is +32 bytes on the start address (the hardware applies
 // the swizzle to the final address, which is why tiles are 1024-aligned), and every 64
-// elements the next column block starts.
+// elements the next column block starts. issue_scores only issues (one commit group); the
+// scores are there after a wgmma_wait that covers the group (compute_scores waits at once).
 template <typename Element, typename Cfg>
-__device__ __forceinline__ void compute_scores(float (&s)[Cfg::kBlockN / 2], uint32_t q_rows,
-                                               uint32_t k_tile) {
+__device__ __forceinline__ void issue_scores(float (&s)[Cfg::kBlockN / 2], uint32_t q_rows,
+                                             uint32_t k_tile) {
   // BEGIN SOLUTION kernel
   // HINT: S = Q K^T: Cfg::kHeadDim / 16 wgmma_ss steps (K-major descriptors of Q and K, +32 bytes
-  // HINT: per k16 inside a 128-byte row, next column block every 64 elements), then commit and
-  // HINT: wait.
+  // HINT: per k16 inside a 128-byte row, next column block every 64 elements), then commit.
   fence_registers(s);
   wgmma_fence();
 #pragma unroll
@@ -625,9 +646,16 @@ __device__ __forceinline__ void compute_scores(float (&s)[Cfg::kBlockN / 2], uin
     Wgmma<Element, Cfg::kBlockN>::template ss<0>(s, desc_q, desc_k, kk > 0 ? 1 : 0);
   }
   wgmma_commit();
-  wgmma_wait<0>();
   fence_registers(s);
   // END SOLUTION
+}
+
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void compute_scores(float (&s)[Cfg::kBlockN / 2], uint32_t q_rows,
+                                               uint32_t k_tile) {
+  issue_scores<Element, Cfg>(s, q_rows, k_tile);
+  wgmma_wait<0>();
+  fence_registers(s);
 }
 
 // The mask (sequence end, causal diagonal) on a tile that needs it: keys a row may not see
@@ -648,17 +676,20 @@ __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
   // END SOLUTION
 }
 
-// One step of the online softmax on S (in place: S becomes P = exp2(s*scale - m*scale)):
-// new row max (over this thread's columns, then the 4 lanes of the quad that share the row),
-// rescale the running sum and O by exp2(m_old - m_new), add this tile's sum. The 1/sqrt(D)
-// scale and log2(e) are folded into one FFMA before the EX2, as in the mma.sync kernel.
+// One step of the online softmax on S, in two parts so that v4 can run the first while the
+// tensor cores still write O:
+//   softmax_update: S becomes P = exp2(s*scale - m*scale) in place; new row max (over this
+//     thread's columns, then the 4 lanes of the quad that share the row), the running sum
+//     rescaled by exp2(m_old - m_new) plus this tile's sum; returns those two factors;
+//   rescale_o: O *= the factor of its row.
+// The 1/sqrt(D) scale and log2(e) are folded into one FFMA before the EX2, as in the mma.sync
+// kernel.
 template <typename Cfg>
-__device__ __forceinline__ void online_softmax_step(float (&s)[Cfg::kBlockN / 2],
-                                                    RowState<Cfg>& st, float scale_log2) {
+__device__ __forceinline__ void softmax_update(float (&s)[Cfg::kBlockN / 2], RowState<Cfg>& st,
+                                               float scale_log2, float (&correction)[2]) {
   // BEGIN SOLUTION kernel
-  // HINT: Per row h: max over the thread's columns and the quad (2 shuffles), correction =
-  // HINT: exp2((m_old - m_new) * scale), p = exp2(s * scale - m_new * scale), rescale row_sum and
-  // HINT: O.
+  // HINT: Per row h: max over the thread's columns and the quad (2 shuffles), correction[h] =
+  // HINT: exp2((m_old - m_new) * scale), p = exp2(s * scale - m_new * scale), rescale row_sum.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float m_new = st.row_max[h];
@@ -670,7 +701,7 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[Cfg::kBlockN / 2]
     // A row with no visible key yet keeps m = -inf: subtract 0 instead so that
     // exp2(-inf - (-inf)) = NaN never happens; its p and correction are then 0.
     const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-    const float correction = mma_attn::exp2_approx(fmaf(st.row_max[h], scale_log2, -m_scaled));
+    correction[h] = mma_attn::exp2_approx(fmaf(st.row_max[h], scale_log2, -m_scaled));
     st.row_max[h] = m_new;
     float sum = 0.f;
 #pragma unroll
@@ -681,30 +712,55 @@ __device__ __forceinline__ void online_softmax_step(float (&s)[Cfg::kBlockN / 2]
         s[4 * c + 2 * h + e] = p;
         sum += p;
       }
-    st.row_sum[h] = st.row_sum[h] * correction + sum;
-#pragma unroll
-    for (int c = 0; c < Cfg::kHeadDim / 8; ++c) {
-      st.o[4 * c + 2 * h] *= correction;
-      st.o[4 * c + 2 * h + 1] *= correction;
-    }
+    st.row_sum[h] = st.row_sum[h] * correction[h] + sum;
   }
   // END SOLUTION
 }
 
+template <typename Cfg>
+__device__ __forceinline__ void rescale_o(RowState<Cfg>& st, const float (&correction)[2]) {
+#pragma unroll
+  for (int c = 0; c < Cfg::kHeadDim / 8; ++c)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.o[4 * c + 2 * h] *= correction[h];
+      st.o[4 * c + 2 * h + 1] *= correction[h];
+    }
+}
+
+template <typename Cfg>
+__device__ __forceinline__ void online_softmax_step(float (&s)[Cfg::kBlockN / 2],
+                                                    RowState<Cfg>& st, float scale_log2) {
+  float correction[2];
+  softmax_update<Cfg>(s, st, scale_log2, correction);
+  rescale_o<Cfg>(st, correction);
+}
+
 // O += P V: kBlockN/16 wgmma steps of k16 with P from registers (see the layout note above)
 // and V through an MN-major descriptor: a k16 step is 16 key rows = 2048 bytes further.
+// pack_p rounds P to the element type as the register A fragments; issue_pv issues the steps
+// (one commit group). The tensor cores read the fragments and write O until a wgmma_wait
+// covers the group: until then neither may be touched (v4 fences both after its wait).
+template <typename Cfg>
+using PFragments = uint32_t[Cfg::kBlockN / 16][4];
+
 template <typename Element, typename Cfg>
-__device__ __forceinline__ void compute_pv(RowState<Cfg>& st, const float (&p)[Cfg::kBlockN / 2],
-                                           uint32_t v_tile) {
+__device__ __forceinline__ void pack_p(PFragments<Cfg>& a, const float (&p)[Cfg::kBlockN / 2]) {
   // BEGIN SOLUTION kernel
-  // HINT: Pack P pairwise into the register A fragments (registers 8kk .. 8kk+7 of S for k16 step
-  // HINT: kk), then Cfg::kBlockN / 16 wgmma_rs steps with MN-major descriptors of V.
+  // HINT: a[kk][r] = S's registers 8kk + 2r and 8kk + 2r + 1 packed into one 32-bit pair.
   using Ops = mma_attn::ElementOps<Element>;
-  uint32_t a[Cfg::kBlockN / 16][4];
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) a[kk][r] = Ops::pack(p[8 * kk + 2 * r], p[8 * kk + 2 * r + 1]);
+  // END SOLUTION
+}
+
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void issue_pv(RowState<Cfg>& st, const PFragments<Cfg>& a, uint32_t v_tile) {
+  // BEGIN SOLUTION kernel
+  // HINT: Cfg::kBlockN / 16 wgmma_rs steps (A = a[kk], B = an MN-major descriptor of V, 2048 bytes
+  // HINT: further per step), then commit.
   fence_registers(st.o);
   wgmma_fence();
 #pragma unroll
@@ -713,9 +769,18 @@ __device__ __forceinline__ void compute_pv(RowState<Cfg>& st, const float (&p)[C
     Wgmma<Element, Cfg::kHeadDim>::template rs<1>(st.o, a[kk], desc_v, 1);
   }
   wgmma_commit();
-  wgmma_wait<0>();
   fence_registers(st.o);
   // END SOLUTION
+}
+
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void compute_pv(RowState<Cfg>& st, const float (&p)[Cfg::kBlockN / 2],
+                                           uint32_t v_tile) {
+  PFragments<Cfg> a;
+  pack_p<Element, Cfg>(a, p);
+  issue_pv<Element, Cfg>(st, a, v_tile);
+  wgmma_wait<0>();
+  fence_registers(st.o);
 }
 
 // The epilogue of one warpgroup: O / l rounded to the element type, staged through this
@@ -968,6 +1033,96 @@ __device__ __forceinline__ void attention_v2(const Params& p, unsigned char* sme
   // END SOLUTION
 }
 
+// A consumer warp is done reading a K or V stage (its wgmma that read it has completed): one
+// lane arrives on the stage's empty barrier, which completes once every consumer warp has.
+__device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbarrier_arrive(empty_bar);
+}
+
+// ---- v4, v5: one consumer warpgroup's key loop with the softmax overlapping the tensor cores ----
+// v3 waits for each wgmma it issues, so a warpgroup's tensor-core work and its softmax never
+// overlap. Here (FlashAttention-3's intra-warpgroup overlap) an iteration issues S[j] = Q K[j]^T
+// and then O += P[j-1] V[j-1], waits only for S[j] (wgmma_wait<1>: the older group), and runs
+// the softmax of tile j while the P V product is still running; then it waits for that, scales
+// O by the new correction and packs P[j]. The price: P[j-1]'s fragments and S[j] are live at
+// once (32 + 64 registers beside O). v5 adds the turns (FlashAttention-3's ping-pong): the two
+// consumers issue their wgmma alternately, so one's softmax runs while the other's
+// products occupy the tensor cores. Consumer 1 hands consumer 0 the first turn, and skips its
+// last hand-over, so that both named barriers end with as many arrivals as waits.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWork& w,
+                                                   const SmemTiles<Cfg>& smem, RowState<Cfg>& st,
+                                                   const attn::KeyMask<false>& mask, uint32_t q_rows,
+                                                   int row0, int col_in_tile, int consumer, int lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1: wait K[j] and
+  // HINT: V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask + softmax_update,
+  // HINT: wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]. Last: O += P V of the last tile.
+  constexpr int kStages = Cfg::kStages;
+  const int n_tiles = w.n_tiles;
+  if (n_tiles == 0) return;
+  auto stage_of = [](int j) { return j % kStages; };
+  auto parity_of = [](int j) { return static_cast<uint32_t>((j / kStages) & 1); };
+  auto my_turn = [&]() { if constexpr (Cfg::kPingPong) wait_for_turn(consumer); };
+  // Every issue point hands the turn over, but consumer 1's last one (see above).
+  auto end_turn = [&](bool last) {
+    if constexpr (Cfg::kPingPong) {
+      if (consumer == 0 || !last) pass_turn(consumer);
+    }
+  };
+  if constexpr (Cfg::kPingPong) {
+    if (consumer == 1) pass_turn(1);  // consumer 0 starts
+  }
+
+  float s[Cfg::kBlockN / 2];
+  PFragments<Cfg> a;
+  float correction[2];
+  // Tile 0 (the highest key block): scores, mask, softmax; O is still zero.
+  mbarrier_wait(smem.k_full(0), 0);
+  my_turn();
+  issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(0));
+  end_turn(false);
+  wgmma_wait<0>();
+  fence_registers(s);
+  release_stage(smem.k_empty(0), lane);
+  int n_block = n_tiles - 1;
+  if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+  softmax_update<Cfg>(s, st, p.scale_log2, correction);
+  pack_p<Element, Cfg>(a, s);
+
+  for (int j = 1; j < n_tiles; ++j) {
+    n_block = n_tiles - 1 - j;
+    mbarrier_wait(smem.k_full(stage_of(j)), parity_of(j));
+    mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
+    my_turn();
+    issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage_of(j)));
+    issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
+    end_turn(false);
+    wgmma_wait<1>();  // S[j] is in; P[j-1] V[j-1] may still run
+    fence_registers(s);
+    release_stage(smem.k_empty(stage_of(j)), lane);
+    if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+    softmax_update<Cfg>(s, st, p.scale_log2, correction);
+    wgmma_wait<0>();  // O is written and P[j-1]'s fragments are read
+    fence_registers(st.o);
+    fence_registers(a);
+    release_stage(smem.v_empty(stage_of(j - 1)), lane);
+    rescale_o<Cfg>(st, correction);
+    pack_p<Element, Cfg>(a, s);
+  }
+  // The last tile's P V.
+  mbarrier_wait(smem.v_full(stage_of(n_tiles - 1)), parity_of(n_tiles - 1));
+  my_turn();
+  issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(n_tiles - 1)));
+  end_turn(true);
+  wgmma_wait<0>();
+  fence_registers(st.o);
+  fence_registers(a);
+  release_stage(smem.v_empty(stage_of(n_tiles - 1)), lane);
+  // END SOLUTION
+}
+
 // ---- v3: warp specialization: 1 producer warpgroup (TMA), 2 consumer warpgroups ----
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* smem_raw,
@@ -1032,21 +1187,23 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
     const uint32_t q_rows = smem.q + consumer * 64 * 128;  // this warpgroup's rows of each column block
 
     mbarrier_wait(smem.q_full(), 0);
-    for (int j = 0; j < w.n_tiles; ++j) {
-      const int n_block = w.n_tiles - 1 - j;
-      const int stage = j % kStages;
-      const uint32_t parity = (j / kStages) & 1;
-      mbarrier_wait(smem.k_full(stage), parity);
-      float s[Cfg::kBlockN / 2];
-      compute_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage));
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(smem.k_empty(stage));
-      if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
-      online_softmax_step<Cfg>(s, st, p.scale_log2);
-      mbarrier_wait(smem.v_full(stage), parity);
-      compute_pv<Element, Cfg>(st, s, smem.v_stage(stage));
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(smem.v_empty(stage));
+    if constexpr (Cfg::kIntraOverlap) {
+      consume_overlapped<Element, Cfg>(p, w, smem, st, mask, q_rows, row0, col_in_tile, consumer, lane);
+    } else {
+      for (int j = 0; j < w.n_tiles; ++j) {
+        const int n_block = w.n_tiles - 1 - j;
+        const int stage = j % kStages;
+        const uint32_t parity = (j / kStages) & 1;
+        mbarrier_wait(smem.k_full(stage), parity);
+        float s[Cfg::kBlockN / 2];
+        compute_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage));
+        release_stage(smem.k_empty(stage), lane);
+        if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+        online_softmax_step<Cfg>(s, st, p.scale_log2);
+        mbarrier_wait(smem.v_full(stage), parity);
+        compute_pv<Element, Cfg>(st, s, smem.v_stage(stage));
+        release_stage(smem.v_empty(stage), lane);
+      }
     }
     write_output<Element, Cfg>(p, st, smem.q_ptr, consumer, w.m_start, w.bh, w.batch, w.head,
                                thread_in_wg);
@@ -1068,7 +1225,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     attention_v1<Element, Cfg>(p, smem_raw);
   } else if constexpr (Cfg::kVersion == 2) {
     attention_v2<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
-  } else {
+  } else {  // v3, v4, v5: the same roles, v4 and v5 differ in the consumers' key loop
     attention_v3<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
   }
 #else
@@ -1215,7 +1372,9 @@ void dispatch_version(const hopper_attn::Params& p, const torch::Tensor& q, cons
   switch (version) {
     case 1: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 1>>(p, q, k, v, stream);
     case 2: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 2>>(p, q, k, v, stream);
-    default: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 3>>(p, q, k, v, stream);
+    case 3: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 3>>(p, q, k, v, stream);
+    case 4: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 4>>(p, q, k, v, stream);
+    default: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5>>(p, q, k, v, stream);
   }
 }
 
@@ -1249,8 +1408,9 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
   attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
   attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
   const int kv_group = attn::check_qkv_shapes(q, k, v);
-  TORCH_CHECK_VALUE(version >= 1 && version <= 3, attn::str("version must be 1 (wgmma, cp.async), 2 (TMA + "
-                    "mbarrier pipeline) or 3 (warp-specialized) but is ", version, "."));
+  TORCH_CHECK_VALUE(version >= 1 && version <= 5, attn::str("version must be 1 (wgmma, cp.async), 2 (TMA + "
+                    "mbarrier pipeline), 3 (warp-specialized), 4 (+ softmax overlapping P V) or 5 "
+                    "(+ the consumers' turns) but is ", version, "."));
   if (out.has_value()) {
     attn::check_cuda_tensor(*out, "out");
     attn::check_same(q, "q", *out, "out");

@@ -7,7 +7,8 @@
 
 // fp16/bf16, q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D], D in {64, 128}, any strides with a
 // contiguous last dimension that are multiples of 16 bytes. version: 1 (wgmma, cp.async),
-// 2 (TMA + mbarrier pipeline), 3 (warp-specialized producer/consumers). Writes `out` when
+// 2 (TMA + mbarrier pipeline), 3 (warp-specialized producer/consumers), 4 (3 + softmax
+// overlapping P V), 5 (4 + the consumers taking turns). Writes `out` when
 // given; `lse` ([B, H_q, S_q] float32) receives each row's base-2 log-sum-exp.
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                      int64_t version, std::optional<torch::Tensor> out,

@@ -1,11 +1,12 @@
 """Time the Hopper kernel's ladder yourself: each version checked, then timed beside SDPA.
 
-    python -m task4.hopper_ladder                 # all three versions, record the figures
-    python -m task4.hopper_ladder --versions 3 --no-record
+    python -m task4.hopper_ladder                 # every version, record the figures
+    python -m task4.hopper_ladder --versions 5 --no-record
 
 1. Builds the sm_90a extension (task4/hopper.py).
 2. Checks each version (1 = wgmma + cp.async, 2 = TMA + mbarrier pipeline, 3 = producer/consumer
-   warpgroups; task4/flash_attention_hopper.cu) in its own process, so a version that faults
+   warpgroups, 4 = + softmax overlapping P V, 5 = + the consumers' turns;
+   task4/flash_attention_hopper.cu) in its own process, so a version that faults or hangs
    cannot take the others down: fp16 and bf16, both masks, lengths 1 to 2049 (not tile
    multiples), head_dim 64 and 128, against float64 by FlashAttention-2's criterion (error at
    most 2x PyTorch's same-dtype SDPA error + 1e-5). The full matrix (GQA, S_q != S_k, strided
@@ -14,7 +15,10 @@
    FlashAttention-2, in the same process: 3 warm-up calls, then the median of 10 CUDA-event
    timings (each input is at least 67 MB, larger than L2, so nothing is served from it).
    TFLOP/s = 4·B·H·S²·D / time, halved when causal.
-Recorded as task4.hopper.<version>.<dtype>.<shape>.<mask>.{tflops,ratio_vs_sdpa_cudnn} and
+4. Times task4.attention.flash_attention itself, which picks the version for the head_dim
+   (HOPPER_VERSION_BY_HEAD_DIM), the same way.
+Recorded as task4.hopper.v<N>.<dtype>.<shape>.<mask>.tflops (the ladder),
+task4.hopper.<dtype>.<shape>.<mask>.{tflops,ratio_vs_sdpa_cudnn,version} (flash_attention) and
 task4.hopper.<dtype>.<shape>.<mask>.sdpa_{cudnn,flash}_tflops; Results.md renders them.
 """
 
@@ -36,6 +40,7 @@ SHAPES = {"b4_h32_s4096_d128": (4, 32, 4096, 128), "b8_h32_s2048_d64": (8, 32, 2
           "b1_h32_s16384_d128": (1, 32, 16384, 128)}
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 MASKS = ("noncausal", "causal")
+CHILD_SECONDS = 120  # one version's checks take a few seconds; more is a hang
 
 
 def check_version(version: int) -> list[list]:
@@ -77,10 +82,11 @@ def median_ms(fn, reps: int = 10) -> float:
 
 
 def time_ladder(versions: list[int]) -> dict[str, dict[str, float]]:
-    """{"<dtype>.<shape>.<mask>": {"cudnn": TFLOP/s, "fa2": ..., "v<N>": ...}}."""
+    """{"<dtype>.<shape>.<mask>": {"cudnn": TFLOP/s, "fa2": ..., "v<N>": ..., "dispatched": ...,
+    "version": the version flash_attention ran}}."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from task4 import hopper
+    from task4 import attention, hopper
 
     table = {}
     for dtype_name, dtype in DTYPES.items():
@@ -97,9 +103,12 @@ def time_ladder(versions: list[int]) -> dict[str, dict[str, float]]:
                 for version in versions:
                     ms[f"v{version}"] = median_ms(
                         lambda: hopper.flash_attention_hopper(q, k, v, causal, version))
+                ms["dispatched"] = median_ms(lambda: attention.flash_attention(q, k, v, causal))
                 key = f"{dtype_name}.{label}.{mask}"
                 table[key] = {name: flops / (t * 1e-3) / 1e12 for name, t in ms.items()}
                 print(key, " ".join(f"{n} {tf:.0f}" for n, tf in table[key].items()), flush=True)
+                table[key]["version"] = float(
+                    attention._hopper_version(q, k, v, causal, None, None, 1, None, None) or 0)
     return table
 
 
@@ -109,17 +118,19 @@ def metrics_from(table: dict[str, dict[str, float]]) -> dict[str, float]:
     for key, row in table.items():
         metrics[f"task4.hopper.{key}.sdpa_cudnn_tflops"] = row["cudnn"]
         metrics[f"task4.hopper.{key}.sdpa_flash_tflops"] = row["fa2"]
+        metrics[f"task4.hopper.{key}.tflops"] = row["dispatched"]
+        metrics[f"task4.hopper.{key}.ratio_vs_sdpa_cudnn"] = row["dispatched"] / row["cudnn"]
+        metrics[f"task4.hopper.{key}.version"] = row["version"]
         for name, tf in row.items():
-            if name.startswith("v"):
+            if name.startswith("v") and name[1:].isdigit():
                 metrics[f"task4.hopper.{name}.{key}.tflops"] = tf
-                metrics[f"task4.hopper.{name}.{key}.ratio_vs_sdpa_cudnn"] = tf / row["cudnn"]
     return metrics
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m task4.hopper_ladder", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--versions", default="3,2,1", help="versions to check and time")
+    parser.add_argument("--versions", default="5,4,3,2,1", help="versions to check and time")
     parser.add_argument("--no-record", action="store_true", help="do not write results/<gpu>.json")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -138,8 +149,13 @@ def main(argv=None) -> int:
     print(f"built in {time.time() - start:.0f} s", flush=True)
     correct = []
     for version in (int(v) for v in args.versions.split(",")):
-        proc = subprocess.run([sys.executable, "-m", "task4.hopper_ladder", "--child", str(version)],
-                              capture_output=True, text=True, timeout=300)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "task4.hopper_ladder", "--child",
+                                   str(version)], capture_output=True, text=True, timeout=CHILD_SECONDS)
+        except subprocess.TimeoutExpired:
+            print(f"v{version}: no answer within {CHILD_SECONDS} s (a hang: a barrier that never "
+                  "completes?)", flush=True)
+            continue
         found = [line for line in proc.stdout.splitlines() if line.startswith("JSON")]
         if not found:
             print(f"v{version}: crashed (exit {proc.returncode})\n{proc.stderr[-1500:]}", flush=True)

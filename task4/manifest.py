@@ -128,42 +128,57 @@ VARIANTS_SECTION = Section(
 
 # --- the Hopper kernel's ladder (task4/hopper_ladder.py) --------------------------------------
 
-HOPPER_VERSIONS = (1, 2, 3)
+HOPPER_VERSIONS = (1, 2, 3, 4, 5)
 HOPPER_SHAPES = ("b4_h32_s4096_d128", "b8_h32_s2048_d64", "b1_h32_s16384_d128")
 
 
 def hopper_prefix(dtype: str, shape: str, mask: str, version: int | None = None) -> str:
-    """task4.hopper[.v<N>].<dtype>.<shape>.<mask>: the sm_90a kernel (version N) and its peers."""
+    """task4.hopper[.v<N>].<dtype>.<shape>.<mask>: the sm_90a kernel (as flash_attention picks
+    it, or version N) and its peers."""
     return f"task4.hopper.{f'v{version}.' if version else ''}{dtype}.{shape}.{mask}"
+
+
+def _hopper_cases():
+    return [(dtype, shape, mask) for dtype in ("fp16", "bf16") for shape in HOPPER_SHAPES
+            for mask in MASKS]
 
 
 def _hopper_rows() -> tuple[Row, ...]:
     rows = []
-    for dtype in ("fp16", "bf16"):
-        for shape in HOPPER_SHAPES:
-            for mask in MASKS:
-                peers = hopper_prefix(dtype, shape, mask)
-                rows.append(Row((dtype, shape, mask,
-                                 Metric(f"{peers}.sdpa_cudnn_tflops", "{:.0f}"),
-                                 Metric(f"{peers}.sdpa_flash_tflops", "{:.0f}"),
-                                 *(Metric(f"{hopper_prefix(dtype, shape, mask, v)}.tflops", "{:.0f}")
-                                   for v in HOPPER_VERSIONS),
-                                 *(Metric(f"{hopper_prefix(dtype, shape, mask, v)}.ratio_vs_sdpa_cudnn",
-                                          suffix="x") for v in HOPPER_VERSIONS)),
-                                when=peers))
+    for dtype, shape, mask in _hopper_cases():
+        peers = hopper_prefix(dtype, shape, mask)
+        rows.append(Row((dtype, shape, mask,
+                         Metric(f"{peers}.sdpa_cudnn_tflops", "{:.0f}"),
+                         Metric(f"{peers}.sdpa_flash_tflops", "{:.0f}"),
+                         Metric(f"{peers}.version", "v{:.0f}"),
+                         Metric(f"{peers}.tflops", "{:.0f}"),
+                         Metric(f"{peers}.ratio_vs_sdpa_cudnn", suffix="x")),
+                        when=f"{peers}.tflops"))
     return tuple(rows)
 
 
+def _ladder_rows() -> tuple[Row, ...]:
+    return tuple(Row((dtype, shape, mask,
+                      *(Metric(f"{hopper_prefix(dtype, shape, mask, v)}.tflops", "{:.0f}")
+                        for v in HOPPER_VERSIONS)),
+                     when=hopper_prefix(dtype, shape, mask, HOPPER_VERSIONS[0]))
+                 for dtype, shape, mask in _hopper_cases())
+
+
 HOPPER_SECTION = Section(
-    "The Hopper kernel's ladder (sm_90a, not yet picked by flash_attention)",
-    intro=("task4/flash_attention_hopper.cu, each version timed beside SDPA pinned to cuDNN and to "
+    "The Hopper kernel (sm_90a): what flash_attention runs on an H100, and its ladder",
+    intro=("task4/flash_attention_hopper.cu, timed beside SDPA pinned to cuDNN and to "
            "FlashAttention-2 in the same process (`python -m task4.hopper_ladder`); TFLOP/s = "
-           "4·B·H·S²·D / time, halved when causal; ratio = the version's throughput / cuDNN's. "
-           "v1: wgmma with cp.async loads; v2: TMA + mbarrier pipeline; v3: producer/consumer "
-           "warpgroups.",),
-    blocks=(Table(("dtype", "shape", "mask", "cuDNN TFLOP/s", "FA2 TFLOP/s",
-                   *(f"v{v} TFLOP/s" for v in HOPPER_VERSIONS),
-                   *(f"v{v} / cuDNN" for v in HOPPER_VERSIONS)), _hopper_rows()),),
+           "4·B·H·S²·D / time, halved when causal. The first table is "
+           "task4.attention.flash_attention as tasks 5-7 call it: it runs the version picked for "
+           "the head_dim; ratio = its throughput / cuDNN's. The second is every version of the "
+           "ladder in the same run: v1 wgmma with cp.async loads; v2 TMA + mbarrier pipeline; "
+           "v3 producer/consumer warpgroups; v4 each consumer's softmax overlapping its own P V "
+           "product; v5 the two consumers taking turns at the tensor cores.",),
+    blocks=(Table(("dtype", "shape", "mask", "cuDNN TFLOP/s", "FA2 TFLOP/s", "version",
+                   "flash_attention TFLOP/s", "/ cuDNN"), _hopper_rows()),
+            Table(("dtype", "shape", "mask", *(f"v{v} TFLOP/s" for v in HOPPER_VERSIONS)),
+                  _ladder_rows())),
     sources=("task4.hopper",), where="beyond")
 
 MANIFEST = TaskManifest(

@@ -35,7 +35,7 @@ from common.harness import gpu_group
 from common.timing import attention_flops, tflops, time_cuda
 from common.variants import Variant, check_variant, keep_mask
 from task4 import attention as attention_module
-from task4.attention import flash_attention
+from task4.attention import flash_attention, hopper_prefill
 from task4.manifest import STRIDE_CASES, WINDOW_CASE, variant_prefix
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -323,6 +323,13 @@ def _before_extension():
 
 
 def variants_bench_group(args=None):
+    # The variants run on the mma.sync kernel, so its dense figures here are the mma.sync
+    # kernel's too (flash_attention would run dense fp16 on the Hopper kernel on an H100).
+    with hopper_prefill(False):
+        return _variants_bench(args)
+
+
+def _variants_bench(args):
     device, gen, failed = gpu_group("variants-bench", args)
     if failed:
         return failed, {}

@@ -22,8 +22,8 @@ from common.tools import compile_check
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "task4" / "flash_attention_hopper.cu"
-# 2 dtypes x head_dim {64, 128} x versions {1, 2, 3}
-EXPECTED_KERNELS = 12
+# 2 dtypes x head_dim {64, 128} x versions {1, 2, 3, 4, 5}
+EXPECTED_KERNELS = 20
 
 
 def _need_nvcc() -> str:
@@ -82,7 +82,7 @@ def test_ptxas_keeps_wgmma_async_and_honours_setmaxnreg(ptxas_report):
 def test_module_imports_and_is_unavailable_off_hopper():
     from task4 import hopper
 
-    assert hopper.VERSIONS == (1, 2, 3)
+    assert hopper.VERSIONS == (1, 2, 3, 4, 5)
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         assert not hopper.available()
         q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
@@ -133,7 +133,7 @@ def _make(case, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", (1, 2, 3))
+@pytest.mark.parametrize("version", (1, 2, 3, 4, 5))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_version_matches_float64(version, dtype):
     hopper = _hopper_or_skip()
@@ -151,6 +151,43 @@ def test_version_matches_float64(version, dtype):
     assert_checks(checks)
 
 
+# The issue's lengths (not tile multiples), both head dims and masks, B and H varied, every
+# other case on strided [B, S, H, D] views: through task4.attention.flash_attention, which must
+# route each to the Hopper kernel.
+ISSUE_LENGTHS = (1, 7, 113, 1000, 1023, 2049, 4097)
+
+
+def _issue_cases():
+    cases, batch_heads = [], ((2, 3), (1, 5), (3, 2), (1, 1))
+    for i, s in enumerate(ISSUE_LENGTHS):
+        for d in (64, 128):
+            for causal in (False, True):
+                b, h = batch_heads[(i + d // 64) % len(batch_heads)] if s < 2000 else (1, 2)
+                layout = "bshd" if (i + causal) % 2 else "contiguous"
+                cases.append((b, h, h, s, s, d, causal, layout))
+    return cases
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_dispatched_kernel_on_the_issue_lengths(dtype):
+    _hopper_or_skip()
+    from common.checks import assert_checks
+    from common.variants import Variant, check_variant
+    from task4 import attention
+
+    checks = []
+    for case in _issue_cases():
+        q, k, v, causal = _make(case, dtype)
+        assert attention._hopper_version(q, k, v, causal, None, None, 1, None, None) is not None, case
+        checks.append(check_variant(
+            f"flash_attention {case}", lambda out, q=q, k=k, v=v, causal=causal:
+            attention.flash_attention(q, k, v, causal, out), q, k, v, Variant(causal=causal)))
+        torch.cuda.empty_cache()
+    assert_checks(checks)
+
+
 @pytest.mark.gpu
 def test_refuses_what_it_does_not_take():
     hopper = _hopper_or_skip()
@@ -164,7 +201,7 @@ def test_refuses_what_it_does_not_take():
     with pytest.raises(ValueError):
         hopper.flash_attention_hopper(d96, d96, d96)
     with pytest.raises(ValueError):
-        hopper.flash_attention_hopper(q, q, q, version=4)
+        hopper.flash_attention_hopper(q, q, q, version=6)
 
 
 def test_the_ladder_records_every_figure_results_md_shows():
@@ -173,15 +210,19 @@ def test_the_ladder_records_every_figure_results_md_shows():
     from common.manifest import Metric
     from task4 import hopper_ladder, manifest
 
-    table = {f"{dtype}.{shape}.{mask}": {"cudnn": 600.0, "fa2": 300.0,
+    table = {f"{dtype}.{shape}.{mask}": {"cudnn": 600.0, "fa2": 300.0, "dispatched": 540.0,
+                                         "version": 5.0,
                                          **{f"v{v}": 100.0 * v for v in manifest.HOPPER_VERSIONS}}
              for dtype in hopper_ladder.DTYPES for shape in hopper_ladder.SHAPES
              for mask in hopper_ladder.MASKS}
     recorded = hopper_ladder.metrics_from(table)
-    shown = {cell.name for row in manifest.HOPPER_SECTION.blocks[0].rows for cell in row.cells
-             if isinstance(cell, Metric)}
+    shown = {cell.name for block in manifest.HOPPER_SECTION.blocks for row in block.rows
+             for cell in row.cells if isinstance(cell, Metric)}
     assert set(recorded) == shown
-    assert recorded["task4.hopper.v3.bf16.b4_h32_s4096_d128.causal.ratio_vs_sdpa_cudnn"] == 0.5
+    # The issue's acceptance names: flash_attention's own figures per dtype, shape and mask.
+    assert recorded["task4.hopper.bf16.b4_h32_s4096_d128.causal.ratio_vs_sdpa_cudnn"] == 0.9
+    assert recorded["task4.hopper.fp16.b8_h32_s2048_d64.noncausal.tflops"] == 540.0
+    assert recorded["task4.hopper.v3.bf16.b4_h32_s4096_d128.causal.tflops"] == 300.0
     assert tuple(hopper_ladder.SHAPES) == manifest.HOPPER_SHAPES
 
 
@@ -193,7 +234,7 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
 
     calls = []
     monkeypatch.setattr(attention, "HOPPER_PREFILL", True)
-    monkeypatch.setattr(attention, "_hopper_built", lambda: True)
+    monkeypatch.setattr(attention, "_hopper_ready", lambda: True)
     monkeypatch.setattr(hopper, "supports", lambda q, *a, **kw: q.shape[2] != 5)
     monkeypatch.setattr(hopper, "flash_attention_hopper",
                         lambda q, k, v, causal, version, out: calls.append(version) or q)
@@ -202,22 +243,41 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
         q = torch.zeros(1, 2, seq, head_dim, dtype=dtype)
         return attention._hopper_version(q, q, q, False, None, variant.get("window"), 1, None, None)
 
-    assert route(torch.float16, 8, 128) == 3 and route(torch.bfloat16, 8, 64) == 2
+    chosen = attention.HOPPER_VERSION_BY_HEAD_DIM
+    assert set(chosen) == {64, 128} and set(chosen.values()) <= set(hopper.VERSIONS)
+    assert route(torch.float16, 8, 128) == chosen[128] and route(torch.bfloat16, 8, 64) == chosen[64]
     assert route(torch.float32, 8, 128) is None      # fp32: the course kernel
     assert route(torch.float16, 8, 96) is None       # no rung measured for head_dim 96
     assert route(torch.float16, 5, 64) is None       # the kernel's own supports() says no
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
-    assert attention.flash_attention(q, q, q) is q and calls == [2]
+    assert attention.flash_attention(q, q, q) is q and calls == [chosen[64]]
+    with attention.hopper_prefill(False):
+        assert route(torch.float16, 8, 128) is None
+    assert route(torch.float16, 8, 128) == chosen[128]
     monkeypatch.setattr(attention, "HOPPER_PREFILL", False)
     assert route(torch.float16, 8, 128) is None
+
+
+def test_the_hopper_kernel_is_on_unless_switched_off():
+    """flash_attention uses the Hopper kernel by default; ATTN_HOPPER_PREFILL=0 switches it off."""
+    import subprocess
+    import sys
+
+    code = "from task4 import attention; print(attention.HOPPER_PREFILL)"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("ATTN_HOPPER_PREFILL", None)
+    on = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    off = subprocess.run([sys.executable, "-c", code], env={**env, "ATTN_HOPPER_PREFILL": "0"},
+                         capture_output=True, text=True)
+    assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False"), on.stderr + off.stderr
 
 
 def test_without_a_hopper_gpu_the_routing_never_builds_it(monkeypatch):
     from task4 import attention, hopper
 
     monkeypatch.setattr(hopper, "available", lambda: False)
-    attention._hopper_built.cache_clear()
+    attention._hopper_probe.cache_clear()
     try:
-        assert attention._hopper_built() is False
+        assert attention._hopper_ready() is False
     finally:
-        attention._hopper_built.cache_clear()
+        attention._hopper_probe.cache_clear()

@@ -6,8 +6,8 @@
 Prefill: FlashAttention's own benchmark protocol: the total number of tokens B*S fixed at
 16k, S from 512 to 16384, hidden 2048 (so H = 2048 / head_dim), head_dim 64 and 128, fp32 /
 fp16 / bf16, causal and not; plus the course shapes. Implementations: task 2 (naive CUDA,
-fp32, materialises S x S), task 4's fp32 course kernel, task 4's fp16/bf16 tensor-core
-kernel, and SDPA pinned to each backend (FLASH, EFFICIENT, CUDNN, MATH where its S x S
+fp32, materialises S x S), task 4's fp32 course kernel, task 4's fp16/bf16 mma.sync kernel,
+on an H100/H200 the Hopper kernel (what task4.attention.flash_attention runs there), and SDPA pinned to each backend (FLASH, EFFICIENT, CUDNN, MATH where its S x S
 matrix fits). Decode: one query against a KV cache, context 512 .. 64k and batch 1 .. 32,
 fp16, task 5's kernel against SDPA. Each point is timed with CUDA events (warm-up, median)
 in one process, on the same inputs for every implementation, with peak memory.
@@ -90,9 +90,16 @@ def prefill_impls(dtype: str) -> dict[str, Callable]:
         impls["task2 naive CUDA"] = task2
         impls["task4 fp32 kernel"] = flash_attention
     else:
-        from task4.attention import flash_attention
+        from task4 import hopper
+        from task4.attention import flash_attention, hopper_prefill
 
-        impls["task4 tensor-core kernel"] = flash_attention
+        def mma_sync(q, k, v, causal):
+            with hopper_prefill(False):
+                return flash_attention(q, k, v, causal)
+
+        impls["task4 mma.sync kernel"] = mma_sync
+        if hopper.available():  # what flash_attention runs on an H100/H200
+            impls["task4 Hopper kernel"] = flash_attention
         impls["SDPA flash"] = _sdpa("FLASH_ATTENTION")
         impls["SDPA cudnn"] = _sdpa("CUDNN_ATTENTION")
     impls["SDPA efficient"] = _sdpa("EFFICIENT_ATTENTION")
