@@ -60,17 +60,3 @@ def graph_time_per_call_ms(fn: Callable[..., Any], sets: list[tuple], *, calls: 
     """Median GPU time of one `fn(*set)` call, timed as replays of a CUDA graph
     (graph_per_call_timer)."""
     return graph_per_call_timer(fn, sets, calls=calls, warmup=warmup)(repeats)
-
-
-def interleaved_medians(timers: dict[str, Callable[[int], float]], *, rounds: int = 5,
-                        repeats: int = 20) -> dict[str, float]:
-    """Each timer once per round, in turn, `rounds` rounds; the median of each timer's rounds.
-    Contenders a few percent apart need this: the GPU's clock drifts over a run by more than
-    that, and timing one contender after the other would measure the drift."""
-    import statistics
-
-    samples: dict[str, list[float]] = {name: [] for name in timers}
-    for _ in range(rounds):
-        for name, timer in timers.items():
-            samples[name].append(timer(repeats))
-    return {name: statistics.median(values) for name, values in samples.items()}

@@ -225,3 +225,15 @@ def measure_matmul_tflops(dtype: torch.dtype, n: int = 8192) -> float:
     b = torch.randn(n, n, device="cuda", dtype=dtype)
     t = time_cuda(lambda: a @ b, warmup=3, repeats=10)
     return tflops(2.0 * n**3, t.median_ms)
+
+
+def interleaved_medians(timers: dict[str, Callable[[int], float]], *, rounds: int = 5,
+                        repeats: int = 20) -> dict[str, float]:
+    """Each timer once per round, in turn, `rounds` rounds; the median of each timer's rounds.
+    Contenders a few percent apart need this: the GPU's clock drifts over a run by more than
+    that, and timing one contender after the other would measure the drift."""
+    samples: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            samples[name].append(timer(repeats))
+    return {name: statistics.median(values) for name, values in samples.items()}

@@ -33,7 +33,8 @@
 //     and it is free of bank conflicts. Tiles start on 1024-byte boundaries.
 //
 // The ladder (template parameter kVersion, host argument `version`; each stays runnable so a
-// reader can time the steps; measured: see task4/NOTES.md / Results.md):
+// reader can time the steps with `python -m task4.hopper_ladder`; measured: Results.md, "The
+// Hopper kernel", and task4/NOTES.md):
 //   v1  wgmma from shared memory. One CTA = one warpgroup = 64 query rows. Q, K, V reach
 //       shared memory by cp.async (every thread copies 16-byte pieces into the swizzled
 //       layout) with FlashAttention-2's overlap: V[j] loads while S = Q K[j]^T runs, K[j-1]
@@ -49,9 +50,18 @@
 //       one thread only issues TMA, and two consumer warpgroups (setmaxnreg.inc to 240) that
 //       each own 64 query rows (128 per CTA) and share the K/V stages. A consumer hands a
 //       stage back through an "empty" mbarrier; nobody waits on a CTA-wide barrier.
-//   Next rungs (not written yet): two consumer warpgroups ping-ponging softmax against
-//   matmul (named barriers), and intra-warpgroup overlap of S[j+1] = Q K[j+1]^T with the
-//   softmax of S[j] (FlashAttention-3's two further steps).
+//   v4  intra-warpgroup overlap (consume_overlapped): a consumer issues S[j] = Q K[j]^T and
+//       O += P[j-1] V[j-1] back to back, waits only for S[j], and runs the softmax of tile j
+//       while the tensor cores still compute P V; P[j-1]'s fragments and S[j] are live at once.
+//   v5  v4 + ping-pong: the two consumers take turns issuing their wgmma (two named barriers),
+//       so one's softmax runs while the other's products hold the tensor cores
+//       (FlashAttention-3's two steps beyond v3). flash_attention runs v5 at head_dim 128.
+//   At head_dim 64 v2 stays the fastest rung (flash_attention runs it there): a tile's
+//   softmax costs what it does at 128 but its products half, so instruction issue bounds the
+//   kernel, and v2's three one-warpgroup CTAs per SM issue from 12 warps where v3-v5's one
+//   CTA of 384 threads (the 24/240 register split takes the register file) computes with 8
+//   (the ncu figures are in task4/NOTES.md). Next rung there: three consumer warpgroups of
+//   160 registers (192 query rows per CTA), as FlashAttention-3 does at 64.
 //
 // What this kernel takes (hopper_supports; everything else runs on the mma.sync kernel):
 // fp16/bf16, head_dim 64 or 128, causal (bottom-right aligned when Sq != Sk) or not, GQA/MQA,

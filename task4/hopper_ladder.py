@@ -13,8 +13,9 @@
    views) is tests/test_task4_hopper.py.
 3. Times every correct version on the issue's shapes beside SDPA pinned to cuDNN and to
    FlashAttention-2, in the same process: 3 warm-up calls, then the median of 10 CUDA-event
-   timings (each input is at least 67 MB, larger than L2, so nothing is served from it).
-   TFLOP/s = 4·B·H·S²·D / time, halved when causal.
+   timings (each input is at least 67 MB, larger than L2, so nothing is served from it), the
+   contenders of a case in turn, 3 rounds, the median of the rounds. TFLOP/s = 4·B·H·S²·D /
+   time, halved when causal.
 4. Times task4.attention.flash_attention itself, which picks the version for the head_dim
    (HOPPER_VERSION_BY_HEAD_DIM), the same way.
 Recorded as task4.hopper.v<N>.<dtype>.<shape>.<mask>.tflops (the ladder),
@@ -41,6 +42,7 @@ SHAPES = {"b4_h32_s4096_d128": (4, 32, 4096, 128), "b8_h32_s2048_d64": (8, 32, 2
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 MASKS = ("noncausal", "causal")
 CHILD_SECONDS = 120  # one version's checks take a few seconds; more is a hang
+ROUNDS = 3           # each case's contenders timed in turn this many times
 
 
 def check_version(version: int) -> list[list]:
@@ -81,12 +83,21 @@ def median_ms(fn, reps: int = 10) -> float:
     return sorted(start.elapsed_time(end) for start, end in events)[reps // 2]
 
 
-def time_ladder(versions: list[int]) -> dict[str, dict[str, float]]:
+def time_ladder(versions: list[int], rounds: int = ROUNDS) -> dict[str, dict[str, float]]:
     """{"<dtype>.<shape>.<mask>": {"cudnn": TFLOP/s, "fa2": ..., "v<N>": ..., "dispatched": ...,
-    "version": the version flash_attention ran}}."""
+    "version": the version flash_attention ran}}. The contenders of a case are timed in turn,
+    `rounds` times, and each one's median taken: run one after the other, they would also
+    measure the clock, which drifts with the power drawn by whatever ran before."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from common.timing import interleaved_medians
     from task4 import attention, hopper
+
+    def sdpa(backend, q, k, v, causal):
+        def run():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return run
 
     table = {}
     for dtype_name, dtype in DTYPES.items():
@@ -95,20 +106,21 @@ def time_ladder(versions: list[int]) -> dict[str, dict[str, float]]:
             for mask in MASKS:
                 causal = mask == "causal"
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                ms = {}
-                for backend, name in ((SDPBackend.CUDNN_ATTENTION, "cudnn"),
-                                      (SDPBackend.FLASH_ATTENTION, "fa2")):
-                    with sdpa_kernel(backend):
-                        ms[name] = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                contenders = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
+                              "fa2": sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal)}
                 for version in versions:
-                    ms[f"v{version}"] = median_ms(
-                        lambda: hopper.flash_attention_hopper(q, k, v, causal, version))
-                ms["dispatched"] = median_ms(lambda: attention.flash_attention(q, k, v, causal))
+                    contenders[f"v{version}"] = (
+                        lambda version=version: hopper.flash_attention_hopper(q, k, v, causal, version))
+                contenders["dispatched"] = lambda: attention.flash_attention(q, k, v, causal)
+                ms = interleaved_medians({name: (lambda reps, fn=fn: median_ms(fn, reps))
+                                          for name, fn in contenders.items()},
+                                         rounds=rounds, repeats=10)
                 key = f"{dtype_name}.{label}.{mask}"
                 table[key] = {name: flops / (t * 1e-3) / 1e12 for name, t in ms.items()}
                 print(key, " ".join(f"{n} {tf:.0f}" for n, tf in table[key].items()), flush=True)
                 table[key]["version"] = float(
                     attention._hopper_version(q, k, v, causal, None, None, 1, None, None) or 0)
+            del q, k, v
     return table
 
 

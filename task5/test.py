@@ -768,7 +768,8 @@ def _short_decode_shape(label, *, gen, device):
     replays a captured step, so the host's launch cost must be out for everyone."""
     import re
 
-    from common.graphs import graph_per_call_timer, interleaved_medians
+    from common.graphs import graph_per_call_timer
+    from common.timing import interleaved_medians
 
     batch, heads, ctx, head_dim = map(int, re.fullmatch(r"b(\d+)_h(\d+)_ctx(\d+)_d(\d+)", label).groups())
     dtype, hidden = torch.float16, heads * head_dim
