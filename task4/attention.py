@@ -133,7 +133,7 @@ def _hopper_ready() -> bool:
 def _hopper_probe() -> bool:
     from task4 import hopper
 
-    if not hopper.available():
+    if not hopper.available() or not hopper.is_written():
         return False
     try:
         ext = hopper.load()

@@ -38,6 +38,13 @@ VERSIONS = (1, 2, 3, 4, 5)
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
+def is_written() -> bool:
+    """False in the student release before the kernel is written: the release replaces the
+    host dispatch with a "not implemented yet" stub (common/tools/release.py), so there is
+    nothing to build or run yet."""
+    return "is not implemented yet" not in (build.REPO_ROOT / SOURCES[1]).read_text()
+
+
 def available() -> bool:
     """True on a CUDA GPU of compute capability 9.0 (H100, H200), where sm_90a code runs."""
     try:

@@ -45,17 +45,16 @@ from torch import nn
 
 from common.limits import DECODE_LINEAR_MAX_ROWS, check_head_dim
 
-# Split-KV heuristic (choose_num_splits). A decode block is 4 warps and streams its keys with a
-# few loads in flight per warp, so what keeps HBM busy is many blocks resident at once, and
-# short ones, so that the last wave's tail is short. The forced-split sweep of
-# `python -m task5.test --decode` (Results.md, task 5) measured more, smaller blocks faster
-# than one block-wave: at B 16, H 32, 2048 keys, 4 splits beat 1; at B 1, H 32, 32768 keys, 64
-# beat 16. So: split until there are about TARGET_BLOCKS_PER_SM blocks per SM (several
-# waves), and never into splits shorter than MIN_KEYS_PER_SPLIT keys, whose fixed costs
-# (loading q, merging the warps, writing a partial) would start to show. Short splits pay off
-# at short contexts, where a decode is latency: fewer keys per warp is fewer dependent trips
-# to memory, and the last block of a head merges the splits without a second kernel.
-TARGET_BLOCKS_PER_SM = 16
+# Split-KV heuristic (choose_num_splits). A decode block is 4 warps and 5-6 of them fit on an
+# SM; about 2 per SM already keep enough loads in flight to saturate HBM. So: split only until
+# there are TARGET_BLOCKS_PER_SM blocks per SM (rounding down, so that every block is resident
+# at once and none waits for a second wave), and never into splits shorter than
+# MIN_KEYS_PER_SPLIT keys, whose fixed costs (loading q, merging the warps, writing a partial)
+# would start to show. Short splits pay off at short contexts, where a decode is latency:
+# fewer keys per warp is fewer dependent trips to memory, and the last block of a head merges
+# the splits without a second kernel. `python -m task5.test --decode` prints a sweep of forced
+# split counts to tune these on a GPU.
+TARGET_BLOCKS_PER_SM = 4
 MIN_KEYS_PER_SPLIT = 64
 MAX_AUTO_SPLITS = 128
 
@@ -69,8 +68,8 @@ def _ext():
 def choose_num_splits(batch_heads: int, context: int, num_sms: int) -> int:
     """How many blocks share the keys of one (batch, head): 1 = no split.
 
-    floor(TARGET_BLOCKS_PER_SM * num_sms / batch_heads) blocks per head; at most
-    context // MIN_KEYS_PER_SPLIT of them, at most MAX_AUTO_SPLITS, at least 1.
+    floor(TARGET_BLOCKS_PER_SM * num_sms / batch_heads) blocks per head fill the GPU in one
+    wave; at most context // MIN_KEYS_PER_SPLIT of them, at most MAX_AUTO_SPLITS, at least 1.
     """
     if batch_heads <= 0 or context <= 0 or num_sms <= 0:
         return 1

@@ -560,11 +560,6 @@ __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
 template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
 __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
     decode_split_kernel(const DecodeParams<T> p) {
-  // Beyond the course (given): launched overlapped on Hopper (device_values.cuh), so this
-  // kernel's blocks are already resident when the kernel before it (which wrote q and the
-  // cache) ends; nothing is read before that. Then the next kernel may be launched.
-  attn::wait_for_previous_kernel();
-  attn::let_next_kernel_start();
   // BEGIN SOLUTION kernel
   // HINT: Block (bh, split) handles keys [split * keys_per_split, +keys_per_split) clipped to
   // HINT: seq_len (read it with p.seq_len.at(b), clamp it to [0, max_seq_len]); a causal flag
@@ -1016,23 +1011,21 @@ int* split_counters(cudaStream_t stream, int64_t count) {
 template <typename T>
 void launch_split_kernel(const DecodeParams<T>& p, dim3 grid, cudaStream_t stream, bool wide) {
   constexpr int VEC = 16 / sizeof(T);  // 8 fp16/bf16 or 4 fp32 elements = 16 bytes
-  auto launch = [&](void (*kernel)(DecodeParams<T>)) {
-    attn::launch_overlapped("decode_split_kernel", kernel, grid, dim3(THREADS_PER_BLOCK), stream, p);
-  };
   if (!wide) {  // scalar loads: 32 lanes per key, 4 chunks cover head_dim <= 128
-    launch(decode_split_kernel<T, 1, WARP_SIZE, MAX_HEAD_DIM / WARP_SIZE>);
+    decode_split_kernel<T, 1, WARP_SIZE, MAX_HEAD_DIM / WARP_SIZE>
+        <<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
     return;
   }
   // The fewest lanes (a power of two, at least 4) whose 16-byte packs cover head_dim.
   const int lanes_needed = attn::ceil_div(p.head_dim, VEC);
   if (lanes_needed <= 4) {
-    launch(decode_split_kernel<T, VEC, 4, 1>);
+    decode_split_kernel<T, VEC, 4, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
   } else if (lanes_needed <= 8) {
-    launch(decode_split_kernel<T, VEC, 8, 1>);
+    decode_split_kernel<T, VEC, 8, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
   } else if (lanes_needed <= 16) {
-    launch(decode_split_kernel<T, VEC, 16, 1>);
+    decode_split_kernel<T, VEC, 16, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
   } else {  // fp32, head_dim in (64, 128]: 32 lanes x 4 elements
-    launch(decode_split_kernel<T, VEC, 32, 1>);
+    decode_split_kernel<T, VEC, 32, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
   }
 }
 

@@ -27,15 +27,13 @@ def test_module_imports_without_building_the_extension():
 def test_split_heuristic_fills_the_gpu_without_tiny_splits():
     choose = attention.choose_num_splits
     # B 1, H 32 on 132 SMs: one block per head would leave most SMs idle, so split ...
-    assert choose(32, 32768, 132) == attention.TARGET_BLOCKS_PER_SM * 132 // 32
+    assert choose(32, 32768, 132) == 16
     # ... but never below MIN_KEYS_PER_SPLIT keys a split,
     assert choose(8, 2048, 132) == 2048 // attention.MIN_KEYS_PER_SPLIT
     assert choose(32, attention.MIN_KEYS_PER_SPLIT * 2 - 1, 132) == 1 and choose(32, 1, 132) == 1
-    # and less as batch * heads gives every SM more blocks, down to none at all.
-    target = attention.TARGET_BLOCKS_PER_SM * 132
-    assert choose(16 * 32, 2048, 132) == target // (16 * 32)
-    assert choose(4 * 32, 4096, 132) == target // (4 * 32)
-    assert choose(target, 2048, 132) == 1
+    # and not at all once batch * heads gives every SM a couple of blocks.
+    assert choose(16 * 32, 2048, 132) == 1
+    assert choose(4 * 32, 4096, 132) == 4
     for batch_heads in (1, 7, 32, 512, 10**6):
         for context in (1, 255, 256, 4097, 10**6):
             splits = choose(batch_heads, context, 132)
