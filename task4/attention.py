@@ -90,7 +90,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 # mma.sync kernel. On by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`)
 # keeps fp16/bf16 on the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
-HOPPER_VERSION_BY_HEAD_DIM = {64: 2, 128: 5}
+HOPPER_VERSION_BY_HEAD_DIM = {64: 6, 128: 5}
 
 
 @contextlib.contextmanager

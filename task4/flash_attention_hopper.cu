@@ -56,12 +56,12 @@
 //   v5  v4 + ping-pong: the two consumers take turns issuing their wgmma (two named barriers),
 //       so one's softmax runs while the other's products hold the tensor cores
 //       (FlashAttention-3's two steps beyond v3). flash_attention runs v5 at head_dim 128.
-//   At head_dim 64 v2 stays the fastest rung (flash_attention runs it there): a tile's
-//   softmax costs what it does at 128 but its products half, so instruction issue bounds the
-//   kernel, and v2's three one-warpgroup CTAs per SM issue from 12 warps where v3-v5's one
-//   CTA of 384 threads (the 24/240 register split takes the register file) computes with 8
-//   (the ncu figures are in task4/NOTES.md). Next rung there: three consumer warpgroups of
-//   160 registers (192 query rows per CTA), as FlashAttention-3 does at 64.
+//   v6  v5 with three consumers of 160 registers (192 query rows per CTA), head_dim 64 only.
+//       At 64 a tile's softmax costs what it does at 128 but its products half, so
+//       instruction issue bounds the kernel; v3-v5's one CTA of 384 threads per SM (the 24/240
+//       register split takes the register file) computes with 8 warps, v2's three
+//       one-warpgroup CTAs with 12, and v2 was the fastest rung there (ncu figures in
+//       task4/NOTES.md). v6 computes with 12 warps and keeps the turns and the overlap.
 //
 // What this kernel takes (hopper_supports; everything else runs on the mma.sync kernel):
 // fp16/bf16, head_dim 64 or 128, causal (bottom-right aligned when Sq != Sk) or not, GQA/MQA,
@@ -128,7 +128,8 @@ struct Tile {
   static constexpr bool kWarpSpecialized = kVersion >= 3;
   static constexpr bool kIntraOverlap = kVersion >= 4;  // softmax[j] overlaps P[j-1] V[j-1]
   static constexpr bool kPingPong = kVersion >= 5;      // the consumers take turns at wgmma
-  static constexpr int kConsumers = kWarpSpecialized ? 2 : 1;  // warpgroups that compute
+  // Warpgroups that compute: 1, then 2; v6 (head_dim 64 only) 3, each at 160 registers.
+  static constexpr int kConsumers = kVersion >= 6 ? 3 : kWarpSpecialized ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
   static constexpr int kBlockN = 128;              // keys per tile
@@ -145,10 +146,14 @@ struct Tile {
   static constexpr int kOffBarriers = kOffV + kStages * kKVBytes;
   static constexpr int kNumBarriers = 1 + 4 * kStages;  // Q full, K/V full, K/V empty
   static constexpr int kSmemBytes = kOffBarriers + 8 * kNumBarriers + 1024;  // + alignment slack
-  // Registers a warpgroup keeps after setmaxnreg (v3): 128 * (24 + 2 * 240) <= 65536.
+  // Registers a warpgroup keeps after setmaxnreg (v3-v6): 128 * (24 + 2 * 240) <= 65536 with
+  // two consumers, 128 * (24 + 3 * 160) <= 65536 with three.
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
+  static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536 || !kWarpSpecialized,
+                "the warpgroups' registers fit the register file");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
+  static_assert(kVersion < 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles stay 1024-byte aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H100 CTA's shared memory");
 };
@@ -530,23 +535,29 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// A barrier among the 128 threads of one warpgroup: named barrier 1 + warpgroup (0 is
+// A barrier among the 128 threads of one consumer warpgroup: named barrier 1 + warpgroup (0 is
 // __syncthreads's). Immediate ids, so that ptxas sees which of the 16 barriers are used.
 __device__ __forceinline__ void warpgroup_barrier_sync(int warpgroup) {
   if (warpgroup == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
-  else asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  else if (warpgroup == 1) asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 3, 128;\n" ::: "memory");
 }
 
-// v5's turns: the two consumer warpgroups take turns issuing their wgmma. Named barrier 3 + c
-// is consumer c's turn: c waits on it (bar.sync, 256 = its 128 threads + the other's 128
-// arrivals), and the other consumer arrives on it (bar.arrive, no wait) once it has issued.
+// v5/v6's turns: the consumer warpgroups take turns issuing their wgmma, in a cycle. Named
+// barrier 4 + c is consumer c's turn: c waits on it (bar.sync, 256 = its 128 threads + 128
+// arrivals), and the consumer before it in the cycle arrives on it (bar.arrive, no wait) once
+// it has issued.
 __device__ __forceinline__ void wait_for_turn(int consumer) {
-  if (consumer == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");
-  else asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  if (consumer == 0) asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  else if (consumer == 1) asm volatile("bar.sync 5, 256;\n" ::: "memory");
+  else asm volatile("bar.sync 6, 256;\n" ::: "memory");
 }
-__device__ __forceinline__ void pass_turn(int consumer) {  // to the other consumer
-  if (consumer == 0) asm volatile("bar.arrive 4, 256;\n" ::: "memory");
-  else asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+template <int kConsumers>
+__device__ __forceinline__ void pass_turn(int consumer) {  // to the next consumer in the cycle
+  const int next = consumer + 1 == kConsumers ? 0 : consumer + 1;
+  if (next == 0) asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  else if (next == 1) asm volatile("bar.arrive 5, 256;\n" ::: "memory");
+  else asm volatile("bar.arrive 6, 256;\n" ::: "memory");
 }
 
 // setmaxnreg: the executing warpgroup's register budget shrinks / grows to kRegs [ptx].
@@ -1056,10 +1067,11 @@ __device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
 // and then O += P[j-1] V[j-1], waits only for S[j] (wgmma_wait<1>: the older group), and runs
 // the softmax of tile j while the P V product is still running; then it waits for that, scales
 // O by the new correction and packs P[j]. The price: P[j-1]'s fragments and S[j] are live at
-// once (32 + 64 registers beside O). v5 adds the turns (FlashAttention-3's ping-pong): the two
-// consumers issue their wgmma alternately, so one's softmax runs while the other's
-// products occupy the tensor cores. Consumer 1 hands consumer 0 the first turn, and skips its
-// last hand-over, so that both named barriers end with as many arrivals as waits.
+// once (32 + 64 registers beside O). v5 adds the turns (FlashAttention-3's ping-pong): the
+// consumers issue their wgmma in turn, so one's softmax runs while another's products occupy
+// the tensor cores. The last consumer hands consumer 0 the first turn, and skips its last
+// hand-over, so that every named barrier ends with as many arrivals as waits. v6 is v5 with
+// three consumers (head_dim 64).
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWork& w,
                                                    const SmemTiles<Cfg>& smem, RowState<Cfg>& st,
@@ -1074,15 +1086,16 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   if (n_tiles == 0) return;
   auto stage_of = [](int j) { return j % kStages; };
   auto parity_of = [](int j) { return static_cast<uint32_t>((j / kStages) & 1); };
+  constexpr int kLast = Cfg::kConsumers - 1;
   auto my_turn = [&]() { if constexpr (Cfg::kPingPong) wait_for_turn(consumer); };
-  // Every issue point hands the turn over, but consumer 1's last one (see above).
+  // Every issue point hands the turn on, but the last consumer's last one (see above).
   auto end_turn = [&](bool last) {
     if constexpr (Cfg::kPingPong) {
-      if (consumer == 0 || !last) pass_turn(consumer);
+      if (consumer != kLast || !last) pass_turn<Cfg::kConsumers>(consumer);
     }
   };
   if constexpr (Cfg::kPingPong) {
-    if (consumer == 1) pass_turn(1);  // consumer 0 starts
+    if (consumer == kLast) pass_turn<Cfg::kConsumers>(kLast);  // consumer 0 starts
   }
 
   float s[Cfg::kBlockN / 2];
@@ -1384,7 +1397,9 @@ void dispatch_version(const hopper_attn::Params& p, const torch::Tensor& q, cons
     case 2: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 2>>(p, q, k, v, stream);
     case 3: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 3>>(p, q, k, v, stream);
     case 4: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 4>>(p, q, k, v, stream);
-    default: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5>>(p, q, k, v, stream);
+    case 5: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5>>(p, q, k, v, stream);
+    default:
+      if constexpr (kHeadDim == 64) return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 6>>(p, q, k, v, stream);
   }
 }
 
@@ -1418,9 +1433,12 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
   attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
   attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
   const int kv_group = attn::check_qkv_shapes(q, k, v);
-  TORCH_CHECK_VALUE(version >= 1 && version <= 5, attn::str("version must be 1 (wgmma, cp.async), 2 (TMA + "
-                    "mbarrier pipeline), 3 (warp-specialized), 4 (+ softmax overlapping P V) or 5 "
-                    "(+ the consumers' turns) but is ", version, "."));
+  TORCH_CHECK_VALUE(version >= 1 && version <= 6, attn::str("version must be 1 (wgmma, cp.async), 2 (TMA + "
+                    "mbarrier pipeline), 3 (warp-specialized), 4 (+ softmax overlapping P V), 5 "
+                    "(+ the consumers' turns) or 6 (5 with three consumers, head_dim 64) but is ",
+                    version, "."));
+  TORCH_CHECK_VALUE(version != 6 || q.size(3) == 64, attn::str("version 6 takes head_dim 64 only (its "
+                    "consumers hold 160 registers), not ", q.size(3), "; use version 5."));
   if (out.has_value()) {
     attn::check_cuda_tensor(*out, "out");
     attn::check_same(q, "q", *out, "out");

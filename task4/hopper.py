@@ -8,7 +8,7 @@ extension `custom_flash_attention_hopper` built for sm_90a only.
 `version` picks a rung of the ladder the kernel file describes: 1 = wgmma with cp.async
 loads, 2 = TMA + mbarrier pipeline, 3 = warp-specialized producer/consumer warpgroups, 4 = 3 with
 each consumer's softmax overlapping its own P V product, 5 = 4 with the two consumers taking
-turns at the tensor cores (ping-pong).
+turns at the tensor cores (ping-pong), 6 = 5 with three consumer warpgroups (head_dim 64 only).
 Cases the kernel does not take (other head dims, window, stride, mask tensor, key lengths,
 fp32, unaligned strides) are refused by `supports`; callers fall back to the mma.sync kernel
 (task4.attention.flash_attention).
@@ -34,7 +34,8 @@ from common.build import BuildError, call_extension, compile_main
 NAME = "custom_flash_attention_hopper"
 SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu"]
 ARCH = "9.0a"  # torch turns "9.0a" into -gencode=arch=compute_90a,code=sm_90a
-VERSIONS = (1, 2, 3, 4, 5)
+VERSIONS = (1, 2, 3, 4, 5, 6)
+HEAD_DIMS_OF_VERSION = {6: (64,)}  # the others take 64 and 128
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 

@@ -2,10 +2,12 @@
 
     python -m task4.hopper_ladder                 # every version, record the figures
     python -m task4.hopper_ladder --versions 5 --no-record
+    compute-sanitizer --tool racecheck python -m task4.hopper_ladder --sanitizer-cases 4,5
 
 1. Builds the sm_90a extension (task4/hopper.py).
 2. Checks each version (1 = wgmma + cp.async, 2 = TMA + mbarrier pipeline, 3 = producer/consumer
-   warpgroups, 4 = + softmax overlapping P V, 5 = + the consumers' turns;
+   warpgroups, 4 = + softmax overlapping P V, 5 = + the consumers' turns, 6 = 5 with three
+   consumers, head_dim 64 only;
    task4/flash_attention_hopper.cu) in its own process, so a version that faults or hangs
    cannot take the others down: fp16 and bf16, both masks, lengths 1 to 2049 (not tile
    multiples), head_dim 64 and 128, against float64 by FlashAttention-2's criterion (error at
@@ -53,6 +55,8 @@ def check_version(version: int) -> list[list]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dtype in DTYPES.values():
         for (b, h, s, d) in CHECK_CASES:
+            if d not in hopper.HEAD_DIMS_OF_VERSION.get(version, (64, 128)):
+                continue
             for causal in (False, True):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=gen).to(dtype)
                            for _ in range(3))
@@ -68,6 +72,34 @@ def check_version(version: int) -> list[list]:
                 tol = 2 * (same_dtype.double() - truth).abs().max().item() + 1e-5
                 rows.append([str(dtype), b, h, s, d, causal, err, tol, ""])
     return rows
+
+
+def sanitizer_cases(versions: list[int]) -> None:
+    """Small launches of each version for compute-sanitizer (memcheck, racecheck, synccheck):
+    fp16/bf16, head_dim 64/128, both masks, S 130 (not a tile multiple) and GQA with S_q 70 <
+    S_k 300; each checked loosely against a float32 reference computed with matmuls."""
+    from task4 import hopper
+
+    for version in versions:
+        for dtype in DTYPES.values():
+            for d in (64, 128):
+                for causal in (False, True):
+                    if d not in hopper.HEAD_DIMS_OF_VERSION.get(version, (64, 128)):
+                        continue
+                    for (b, hq, hkv, sq, sk) in ((1, 2, 2, 130, 130), (1, 4, 2, 70, 300)):
+                        q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype)
+                        k, v = (torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype) for _ in range(2))
+                        out = hopper.flash_attention_hopper(q, k, v, causal, version)
+                        kf, vf = (t.float().repeat_interleave(hq // hkv, 1) for t in (k, v))
+                        scores = q.float() @ kf.transpose(-1, -2) / d ** 0.5
+                        if causal:  # bottom-right aligned
+                            keep = torch.ones(sq, sk, dtype=torch.bool, device="cuda").tril(sk - sq)
+                            scores = scores.masked_fill(~keep, float("-inf"))
+                        ref = torch.softmax(scores, -1).nan_to_num() @ vf
+                        err = (out.float() - ref).abs().max().item()
+                        assert err < 2e-2, (version, dtype, d, causal, b, hq, hkv, sq, sk, err)
+        torch.cuda.synchronize()
+        print(f"version {version} ok", flush=True)
 
 
 def median_ms(fn, reps: int = 10) -> float:
@@ -109,6 +141,8 @@ def time_ladder(versions: list[int], rounds: int = ROUNDS) -> dict[str, dict[str
                 contenders = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
                               "fa2": sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal)}
                 for version in versions:
+                    if d not in hopper.HEAD_DIMS_OF_VERSION.get(version, (64, 128)):
+                        continue
                     contenders[f"v{version}"] = (
                         lambda version=version: hopper.flash_attention_hopper(q, k, v, causal, version))
                 contenders["dispatched"] = lambda: attention.flash_attention(q, k, v, causal)
@@ -142,10 +176,15 @@ def metrics_from(table: dict[str, dict[str, float]]) -> dict[str, float]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m task4.hopper_ladder", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--versions", default="5,4,3,2,1", help="versions to check and time")
+    parser.add_argument("--versions", default="6,5,4,3,2,1", help="versions to check and time")
     parser.add_argument("--no-record", action="store_true", help="do not write results/<gpu>.json")
+    parser.add_argument("--sanitizer-cases", default=None, metavar="VERSIONS",
+                        help="only run small cases of these versions (for compute-sanitizer)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.sanitizer_cases is not None:
+        sanitizer_cases([int(v) for v in args.sanitizer_cases.split(",")])
+        return 0
     if args.child is not None:
         print("JSON" + json.dumps(check_version(args.child)))
         return 0

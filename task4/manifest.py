@@ -128,7 +128,8 @@ VARIANTS_SECTION = Section(
 
 # --- the Hopper kernel's ladder (task4/hopper_ladder.py) --------------------------------------
 
-HOPPER_VERSIONS = (1, 2, 3, 4, 5)
+HOPPER_VERSIONS = (1, 2, 3, 4, 5, 6)
+HOPPER_HEAD_DIM_ONLY = {6: "d64"}  # versions that take one head_dim (its shapes' suffix)
 HOPPER_SHAPES = ("b4_h32_s4096_d128", "b8_h32_s2048_d64", "b1_h32_s16384_d128")
 
 
@@ -158,9 +159,12 @@ def _hopper_rows() -> tuple[Row, ...]:
 
 
 def _ladder_rows() -> tuple[Row, ...]:
-    return tuple(Row((dtype, shape, mask,
-                      *(Metric(f"{hopper_prefix(dtype, shape, mask, v)}.tflops", "{:.0f}")
-                        for v in HOPPER_VERSIONS)),
+    def cell(dtype, shape, mask, v):
+        if v in HOPPER_HEAD_DIM_ONLY and not shape.endswith(HOPPER_HEAD_DIM_ONLY[v]):
+            return "-"
+        return Metric(f"{hopper_prefix(dtype, shape, mask, v)}.tflops", "{:.0f}")
+
+    return tuple(Row((dtype, shape, mask, *(cell(dtype, shape, mask, v) for v in HOPPER_VERSIONS)),
                      when=hopper_prefix(dtype, shape, mask, HOPPER_VERSIONS[0]))
                  for dtype, shape, mask in _hopper_cases())
 
@@ -174,7 +178,8 @@ HOPPER_SECTION = Section(
            "the head_dim; ratio = its throughput / cuDNN's. The second is every version of the "
            "ladder in the same run: v1 wgmma with cp.async loads; v2 TMA + mbarrier pipeline; "
            "v3 producer/consumer warpgroups; v4 each consumer's softmax overlapping its own P V "
-           "product; v5 the two consumers taking turns at the tensor cores.",),
+           "product; v5 the two consumers taking turns at the tensor cores; v6 v5 with three "
+           "consumers (head_dim 64 only).",),
     blocks=(Table(("dtype", "shape", "mask", "cuDNN TFLOP/s", "FA2 TFLOP/s", "version",
                    "flash_attention TFLOP/s", "/ cuDNN"), _hopper_rows()),
             Table(("dtype", "shape", "mask", *(f"v{v} TFLOP/s" for v in HOPPER_VERSIONS)),

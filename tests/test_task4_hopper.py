@@ -22,8 +22,8 @@ from common.tools import compile_check
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "task4" / "flash_attention_hopper.cu"
-# 2 dtypes x head_dim {64, 128} x versions {1, 2, 3, 4, 5}
-EXPECTED_KERNELS = 20
+# 2 dtypes x (head_dim {64, 128} x versions {1, 2, 3, 4, 5} + head_dim 64 x version 6)
+EXPECTED_KERNELS = 22
 
 
 def _need_nvcc() -> str:
@@ -84,7 +84,7 @@ def test_ptxas_keeps_wgmma_async_and_honours_setmaxnreg(ptxas_report):
 def test_module_imports_and_is_unavailable_off_hopper():
     from task4 import hopper
 
-    assert hopper.VERSIONS == (1, 2, 3, 4, 5)
+    assert hopper.VERSIONS == (1, 2, 3, 4, 5, 6)
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         assert not hopper.available()
         q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
@@ -135,7 +135,7 @@ def _make(case, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", (1, 2, 3, 4, 5))
+@pytest.mark.parametrize("version", (1, 2, 3, 4, 5, 6))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_version_matches_float64(version, dtype):
     hopper = _hopper_or_skip()
@@ -144,6 +144,8 @@ def test_version_matches_float64(version, dtype):
 
     checks = []
     for case in _cases():
+        if case[5] not in hopper.HEAD_DIMS_OF_VERSION.get(version, (64, 128)):
+            continue
         q, k, v, causal = _make(case, dtype)
         assert hopper.supports(q, k, v, causal)
         checks.append(check_variant(
@@ -203,7 +205,10 @@ def test_refuses_what_it_does_not_take():
     with pytest.raises(ValueError):
         hopper.flash_attention_hopper(d96, d96, d96)
     with pytest.raises(ValueError):
-        hopper.flash_attention_hopper(q, q, q, version=6)
+        hopper.flash_attention_hopper(q, q, q, version=7)
+    q128 = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="head_dim 64 only"):
+        hopper.flash_attention_hopper(q128, q128, q128, version=6)
 
 
 def test_the_ladder_records_every_figure_results_md_shows():
@@ -214,7 +219,9 @@ def test_the_ladder_records_every_figure_results_md_shows():
 
     table = {f"{dtype}.{shape}.{mask}": {"cudnn": 600.0, "fa2": 300.0, "dispatched": 540.0,
                                          "version": 5.0,
-                                         **{f"v{v}": 100.0 * v for v in manifest.HOPPER_VERSIONS}}
+                                         **{f"v{v}": 100.0 * v for v in manifest.HOPPER_VERSIONS
+                                            if v not in manifest.HOPPER_HEAD_DIM_ONLY
+                                            or shape.endswith(manifest.HOPPER_HEAD_DIM_ONLY[v])}}
              for dtype in hopper_ladder.DTYPES for shape in hopper_ladder.SHAPES
              for mask in hopper_ladder.MASKS}
     recorded = hopper_ladder.metrics_from(table)
