@@ -84,13 +84,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 # The Hopper kernel (task4/flash_attention_hopper.cu) for fp16/bf16 on an H100 or H200, at
-# the rung of its ladder that measured fastest for the head_dim (Results.md, "The Hopper
-# kernel's ladder"); everything it does not take (other head dims, windows, strides, masks,
+# the rung of its ladder that measured fastest for the head_dim and mask (Results.md, "The
+# Hopper kernel"; at 64 the causal mask wastes more of v6's 192-row tiles on the diagonal); everything it does not take (other head dims, windows, strides, masks,
 # key lengths, other GPUs, a failed build, a kernel that is not written yet) stays on the
 # mma.sync kernel. On by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`)
 # keeps fp16/bf16 on the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
-HOPPER_VERSION_BY_HEAD_DIM = {64: 6, 128: 5}
+HOPPER_VERSION = {(64, False): 6, (64, True): 2, (128, False): 5, (128, True): 5}  # (head_dim, causal)
 
 
 @contextlib.contextmanager
@@ -108,7 +108,7 @@ def _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths) -> 
     """The Hopper kernel's version to run these inputs on, or None for the mma.sync kernel."""
     if not HOPPER_PREFILL or not isinstance(q, torch.Tensor) or q.dtype not in HALF_DTYPES:
         return None
-    version = HOPPER_VERSION_BY_HEAD_DIM.get(q.shape[-1])
+    version = HOPPER_VERSION.get((q.shape[-1], bool(causal)))
     if version is None or not _hopper_ready():
         return None
     from task4 import hopper
@@ -142,7 +142,7 @@ def _hopper_probe() -> bool:
                       f"mma.sync kernel: {str(err).splitlines()[0]}", stacklevel=3)
         return False
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for head_dim, version in HOPPER_VERSION_BY_HEAD_DIM.items():
+    for head_dim, version in sorted({(d, v) for (d, _), v in HOPPER_VERSION.items()}):
         q, k, v = (torch.randn(1, 2, 130, head_dim, device="cuda", generator=gen).half()
                    for _ in range(3))
         try:

@@ -19,7 +19,7 @@
    contenders of a case in turn, 3 rounds, the median of the rounds. TFLOP/s = 4·B·H·S²·D /
    time, halved when causal.
 4. Times task4.attention.flash_attention itself, which picks the version for the head_dim
-   (HOPPER_VERSION_BY_HEAD_DIM), the same way.
+   and mask (task4.attention.HOPPER_VERSION), the same way.
 Recorded as task4.hopper.v<N>.<dtype>.<shape>.<mask>.tflops (the ladder),
 task4.hopper.<dtype>.<shape>.<mask>.{tflops,ratio_vs_sdpa_cudnn,version} (flash_attention) and
 task4.hopper.<dtype>.<shape>.<mask>.sdpa_{cudnn,flash}_tflops; Results.md renders them.

@@ -237,7 +237,7 @@ def test_the_ladder_records_every_figure_results_md_shows():
 
 def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     """With HOPPER_PREFILL on, fp16/bf16 inputs the Hopper kernel takes go to it, at the
-    version chosen for their head_dim; anything else (fp32, head_dim 96, a kernel that says
+    version chosen for their head_dim and mask; anything else (fp32, head_dim 96, a kernel that says
     no, no Hopper GPU) stays on the mma.sync path. Fakes stand in for the GPU."""
     from task4 import attention, hopper
 
@@ -248,13 +248,17 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     monkeypatch.setattr(hopper, "flash_attention_hopper",
                         lambda q, k, v, causal, version, out: calls.append(version) or q)
 
-    def route(dtype, seq, head_dim, **variant):
+    def route(dtype, seq, head_dim, causal=False, **variant):
         q = torch.zeros(1, 2, seq, head_dim, dtype=dtype)
-        return attention._hopper_version(q, q, q, False, None, variant.get("window"), 1, None, None)
+        return attention._hopper_version(q, q, q, causal, None, variant.get("window"), 1, None, None)
 
-    chosen = attention.HOPPER_VERSION_BY_HEAD_DIM
-    assert set(chosen) == {64, 128} and set(chosen.values()) <= set(hopper.VERSIONS)
+    chosen = {d: attention.HOPPER_VERSION[(d, False)] for d in (64, 128)}
+    assert set(attention.HOPPER_VERSION) == {(d, c) for d in (64, 128) for c in (False, True)}
+    assert set(attention.HOPPER_VERSION.values()) <= set(hopper.VERSIONS)
+    assert all(d in hopper.HEAD_DIMS_OF_VERSION.get(v, (64, 128))
+               for (d, _), v in attention.HOPPER_VERSION.items())
     assert route(torch.float16, 8, 128) == chosen[128] and route(torch.bfloat16, 8, 64) == chosen[64]
+    assert route(torch.float16, 8, 64, causal=True) == attention.HOPPER_VERSION[(64, True)]
     assert route(torch.float32, 8, 128) is None      # fp32: the course kernel
     assert route(torch.float16, 8, 96) is None       # no rung measured for head_dim 96
     assert route(torch.float16, 5, 64) is None       # the kernel's own supports() says no
