@@ -61,7 +61,8 @@
 //       instruction issue bounds the kernel; v3-v5's one CTA of 384 threads per SM (the 24/240
 //       register split takes the register file) computes with 8 warps, v2's three
 //       one-warpgroup CTAs with 12, and v2 was the fastest rung there (ncu figures in
-//       task4/NOTES.md). v6 computes with 12 warps and keeps the turns and the overlap.
+//       task4/NOTES.md). v6 computes with 12 warps and keeps the turns and the overlap;
+//       flash_attention runs it at 64 without a mask (with the causal mask v2 measured faster).
 //
 // What this kernel takes (hopper_supports; everything else runs on the mma.sync kernel):
 // fp16/bf16, head_dim 64 or 128, causal (bottom-right aligned when Sq != Sk) or not, GQA/MQA,
