@@ -175,8 +175,9 @@ HOPPER_SECTION = Section(
            "FlashAttention-2 in the same process (`python -m task4.hopper_ladder`); TFLOP/s = "
            "4·B·H·S²·D / time, halved when causal. The first table is "
            "task4.attention.flash_attention as tasks 5-7 call it: it runs the version picked for "
-           "the head_dim; ratio = its throughput / cuDNN's. The second is every version of the "
-           "ladder in the same run: v1 wgmma with cp.async loads; v2 TMA + mbarrier pipeline; "
+           "the head_dim and mask; ratio = its throughput / cuDNN's. The second is every version "
+           "of the ladder, each timed beside cuDNN and FA2 in the run that measured it (the runs "
+           "are named below): v1 wgmma with cp.async loads; v2 TMA + mbarrier pipeline; "
            "v3 producer/consumer warpgroups; v4 each consumer's softmax overlapping its own P V "
            "product; v5 the two consumers taking turns at the tensor cores; v6 v5 with three "
            "consumers (head_dim 64 only).",),
