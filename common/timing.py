@@ -227,13 +227,20 @@ def measure_matmul_tflops(dtype: torch.dtype, n: int = 8192) -> float:
     return tflops(2.0 * n**3, t.median_ms)
 
 
-def interleaved_medians(timers: dict[str, Callable[[int], float]], *, rounds: int = 5,
-                        repeats: int = 20) -> dict[str, float]:
-    """Each timer once per round, in turn, `rounds` rounds; the median of each timer's rounds.
+def interleaved_samples(timers: dict[str, Callable[[int], float]], *, rounds: int = 5,
+                        repeats: int = 20) -> dict[str, list[float]]:
+    """Each timer(repeats) once per round, in turn, `rounds` rounds: {name: its round times}.
     Contenders a few percent apart need this: the GPU's clock drifts over a run by more than
     that, and timing one contender after the other would measure the drift."""
     samples: dict[str, list[float]] = {name: [] for name in timers}
     for _ in range(rounds):
         for name, timer in timers.items():
             samples[name].append(timer(repeats))
+    return samples
+
+
+def interleaved_medians(timers: dict[str, Callable[[int], float]], *, rounds: int = 5,
+                        repeats: int = 20) -> dict[str, float]:
+    """The median over the rounds of each timer, timed as interleaved_samples does."""
+    samples = interleaved_samples(timers, rounds=rounds, repeats=repeats)
     return {name: statistics.median(values) for name, values in samples.items()}

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from common.build import BuildError, call_extension
+from common.variants import Variant, reference_attention_variant
 from task4.compile import load
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -85,12 +86,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 # The Hopper kernel (task4/flash_attention_hopper.cu) for fp16/bf16 on an H100 or H200, at
 # the rung of its ladder that measured fastest for the head_dim and mask (Results.md, "The
-# Hopper kernel"; at 64 the causal mask wastes more of v6's 192-row tiles on the diagonal); everything it does not take (other head dims, windows, strides, masks,
-# key lengths, other GPUs, a failed build, a kernel that is not written yet) stays on the
-# mma.sync kernel. On by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`)
-# keeps fp16/bf16 on the mma.sync kernel, to compare the two or to time the mma.sync kernel.
+# Hopper kernel"; at 64 the causal mask wastes more of v6's 192-row tiles on the diagonal);
+# everything it does not take (other head dims, windows, strides, masks, key lengths, other
+# GPUs, a failed build, a kernel that is not written yet) stays on the mma.sync kernel. On
+# by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`) keeps fp16/bf16 on
+# the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
-HOPPER_VERSION = {(64, False): 6, (64, True): 2, (128, False): 5, (128, True): 5}  # (head_dim, causal)
+# (head_dim, causal) -> version
+HOPPER_VERSION = {(64, False): 6, (64, True): 2, (128, False): 5, (128, True): 5}
 
 
 @contextlib.contextmanager
@@ -154,9 +157,8 @@ def _hopper_probe() -> bool:
                           f"fp16/bf16 attention runs on the mma.sync kernel: "
                           f"{str(err).splitlines()[0]}", stacklevel=3)
             return False
-        truth = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
-                                                                 is_causal=True)
-        if not (ours.float() - truth).abs().max().item() <= 1e-2:
+        truth = reference_attention_variant(q, k, v, Variant(causal=True))
+        if not (ours.double() - truth).abs().max().item() <= 1e-2:
             warnings.warn(f"The Hopper kernel (version {version}) gives wrong results on a small "
                           "problem, so fp16/bf16 attention runs on the mma.sync kernel "
                           "(python -m pytest tests/test_task4_hopper.py shows where).", stacklevel=3)

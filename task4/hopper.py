@@ -30,12 +30,13 @@ import torch
 
 from common import build
 from common.build import BuildError, call_extension, compile_main
+from task4.manifest import HOPPER_VERSIONS, hopper_takes_head_dim
 
 NAME = "custom_flash_attention_hopper"
 SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu"]
 ARCH = "9.0a"  # torch turns "9.0a" into -gencode=arch=compute_90a,code=sm_90a
-VERSIONS = (1, 2, 3, 4, 5, 6)
-HEAD_DIMS_OF_VERSION = {6: (64,)}  # the others take 64 and 128
+VERSIONS = HOPPER_VERSIONS
+takes_head_dim = hopper_takes_head_dim  # (version, head_dim) -> bool: v6 is head_dim 64 only
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 

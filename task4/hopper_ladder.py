@@ -55,7 +55,7 @@ def check_version(version: int) -> list[list]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     for dtype in DTYPES.values():
         for (b, h, s, d) in CHECK_CASES:
-            if d not in hopper.HEAD_DIMS_OF_VERSION.get(version, (64, 128)):
+            if not hopper.takes_head_dim(version, d):
                 continue
             for causal in (False, True):
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=gen).to(dtype)
@@ -77,42 +77,26 @@ def check_version(version: int) -> list[list]:
 def sanitizer_cases(versions: list[int]) -> None:
     """Small launches of each version for compute-sanitizer (memcheck, racecheck, synccheck):
     fp16/bf16, head_dim 64/128, both masks, S 130 (not a tile multiple) and GQA with S_q 70 <
-    S_k 300; each checked loosely against a float32 reference computed with matmuls."""
+    S_k 300; each checked loosely against common.variants' float64 reference (matmuls, no
+    SDPA kernel of PyTorch's under the sanitizer)."""
+    from common.variants import Variant, reference_attention_variant
     from task4 import hopper
 
     for version in versions:
         for dtype in DTYPES.values():
             for d in (64, 128):
                 for causal in (False, True):
-                    if d not in hopper.HEAD_DIMS_OF_VERSION.get(version, (64, 128)):
+                    if not hopper.takes_head_dim(version, d):
                         continue
                     for (b, hq, hkv, sq, sk) in ((1, 2, 2, 130, 130), (1, 4, 2, 70, 300)):
                         q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype)
                         k, v = (torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype) for _ in range(2))
                         out = hopper.flash_attention_hopper(q, k, v, causal, version)
-                        kf, vf = (t.float().repeat_interleave(hq // hkv, 1) for t in (k, v))
-                        scores = q.float() @ kf.transpose(-1, -2) / d ** 0.5
-                        if causal:  # bottom-right aligned
-                            keep = torch.ones(sq, sk, dtype=torch.bool, device="cuda").tril(sk - sq)
-                            scores = scores.masked_fill(~keep, float("-inf"))
-                        ref = torch.softmax(scores, -1).nan_to_num() @ vf
-                        err = (out.float() - ref).abs().max().item()
+                        ref = reference_attention_variant(q, k, v, Variant(causal=causal))
+                        err = (out.double() - ref).abs().max().item()
                         assert err < 2e-2, (version, dtype, d, causal, b, hq, hkv, sq, sk, err)
         torch.cuda.synchronize()
         print(f"version {version} ok", flush=True)
-
-
-def median_ms(fn, reps: int = 10) -> float:
-    for _ in range(3):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(reps)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return sorted(start.elapsed_time(end) for start, end in events)[reps // 2]
 
 
 def time_ladder(versions: list[int], rounds: int = ROUNDS) -> dict[str, dict[str, float]]:
@@ -122,7 +106,7 @@ def time_ladder(versions: list[int], rounds: int = ROUNDS) -> dict[str, dict[str
     measure the clock, which drifts with the power drawn by whatever ran before."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from common.timing import interleaved_medians
+    from common.timing import interleaved_medians, time_cuda
     from task4 import attention, hopper
 
     def sdpa(backend, q, k, v, causal):
@@ -141,14 +125,15 @@ def time_ladder(versions: list[int], rounds: int = ROUNDS) -> dict[str, dict[str
                 contenders = {"cudnn": sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal),
                               "fa2": sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal)}
                 for version in versions:
-                    if d not in hopper.HEAD_DIMS_OF_VERSION.get(version, (64, 128)):
+                    if not hopper.takes_head_dim(version, d):
                         continue
-                    contenders[f"v{version}"] = (
-                        lambda version=version: hopper.flash_attention_hopper(q, k, v, causal, version))
+                    contenders[f"v{version}"] = (lambda version=version:
+                                                 hopper.flash_attention_hopper(q, k, v, causal, version))
                 contenders["dispatched"] = lambda: attention.flash_attention(q, k, v, causal)
-                ms = interleaved_medians({name: (lambda reps, fn=fn: median_ms(fn, reps))
-                                          for name, fn in contenders.items()},
-                                         rounds=rounds, repeats=10)
+                timers = {name: (lambda reps, fn=fn:
+                                 time_cuda(fn, warmup=3, repeats=reps).median_ms)
+                          for name, fn in contenders.items()}
+                ms = interleaved_medians(timers, rounds=rounds, repeats=10)
                 key = f"{dtype_name}.{label}.{mask}"
                 table[key] = {name: flops / (t * 1e-3) / 1e12 for name, t in ms.items()}
                 print(key, " ".join(f"{n} {tf:.0f}" for n, tf in table[key].items()), flush=True)

@@ -128,9 +128,14 @@ VARIANTS_SECTION = Section(
 
 # --- the Hopper kernel's ladder (task4/hopper_ladder.py) --------------------------------------
 
-HOPPER_VERSIONS = (1, 2, 3, 4, 5, 6)
-HOPPER_HEAD_DIM_ONLY = {6: "d64"}  # versions that take one head_dim (its shapes' suffix)
+HOPPER_VERSIONS = (1, 2, 3, 4, 5, 6)  # task4/hopper.py's VERSIONS
+HOPPER_HEAD_DIMS = {6: (64,)}          # versions that take only some head dims (others: 64, 128)
 HOPPER_SHAPES = ("b4_h32_s4096_d128", "b8_h32_s2048_d64", "b1_h32_s16384_d128")
+
+
+def hopper_takes_head_dim(version: int, head_dim: int) -> bool:
+    """Whether version `version` of the Hopper kernel is built for `head_dim`."""
+    return head_dim in HOPPER_HEAD_DIMS.get(version, (64, 128))
 
 
 def hopper_prefix(dtype: str, shape: str, mask: str, version: int | None = None) -> str:
@@ -160,7 +165,7 @@ def _hopper_rows() -> tuple[Row, ...]:
 
 def _ladder_rows() -> tuple[Row, ...]:
     def cell(dtype, shape, mask, v):
-        if v in HOPPER_HEAD_DIM_ONLY and not shape.endswith(HOPPER_HEAD_DIM_ONLY[v]):
+        if not hopper_takes_head_dim(v, int(shape.rsplit("_d", 1)[1])):
             return "-"
         return Metric(f"{hopper_prefix(dtype, shape, mask, v)}.tflops", "{:.0f}")
 

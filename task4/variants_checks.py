@@ -32,7 +32,7 @@ import torch
 
 from common.checks import Check, check_raises, random_qkv
 from common.harness import gpu_group
-from common.timing import attention_flops, tflops, time_cuda
+from common.timing import attention_flops, interleaved_samples, tflops, time_cuda
 from common.variants import Variant, check_variant, keep_mask
 from task4 import attention as attention_module
 from task4.attention import flash_attention, hopper_prefill
@@ -372,10 +372,9 @@ def _variants_bench(args):
             contenders = {"now": now_fn}
             if before is not None:
                 contenders["before"] = lambda q, k, v, c=causal: before.flash_attention_mma(q, k, v, c)
-            rounds = {name: [] for name in contenders}
-            for _ in range(ROUNDS):
-                for name, fn in contenders.items():
-                    rounds[name].append(time_cuda(fn, inputs=sets, repeats=15).median_ms)
+            rounds = interleaved_samples(
+                {name: (lambda reps, fn=fn: time_cuda(fn, inputs=sets, repeats=reps).median_ms)
+                 for name, fn in contenders.items()}, rounds=ROUNDS, repeats=15)
             now = statistics.median(rounds["now"])
             metrics[f"{key}.tflops"] = tflops(flops, now)
             line = f"now {tflops(flops, now):.0f} TFLOP/s"

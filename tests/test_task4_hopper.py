@@ -144,7 +144,7 @@ def test_version_matches_float64(version, dtype):
 
     checks = []
     for case in _cases():
-        if case[5] not in hopper.HEAD_DIMS_OF_VERSION.get(version, (64, 128)):
+        if not hopper.takes_head_dim(version, case[5]):
             continue
         q, k, v, causal = _make(case, dtype)
         assert hopper.supports(q, k, v, causal)
@@ -220,8 +220,7 @@ def test_the_ladder_records_every_figure_results_md_shows():
     table = {f"{dtype}.{shape}.{mask}": {"cudnn": 600.0, "fa2": 300.0, "dispatched": 540.0,
                                          "version": 5.0,
                                          **{f"v{v}": 100.0 * v for v in manifest.HOPPER_VERSIONS
-                                            if v not in manifest.HOPPER_HEAD_DIM_ONLY
-                                            or shape.endswith(manifest.HOPPER_HEAD_DIM_ONLY[v])}}
+                                            if manifest.hopper_takes_head_dim(v, hopper_ladder.SHAPES[shape][3])}}
              for dtype in hopper_ladder.DTYPES for shape in hopper_ladder.SHAPES
              for mask in hopper_ladder.MASKS}
     recorded = hopper_ladder.metrics_from(table)
@@ -255,8 +254,7 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     chosen = {d: attention.HOPPER_VERSION[(d, False)] for d in (64, 128)}
     assert set(attention.HOPPER_VERSION) == {(d, c) for d in (64, 128) for c in (False, True)}
     assert set(attention.HOPPER_VERSION.values()) <= set(hopper.VERSIONS)
-    assert all(d in hopper.HEAD_DIMS_OF_VERSION.get(v, (64, 128))
-               for (d, _), v in attention.HOPPER_VERSION.items())
+    assert all(hopper.takes_head_dim(v, d) for (d, _), v in attention.HOPPER_VERSION.items())
     assert route(torch.float16, 8, 128) == chosen[128] and route(torch.bfloat16, 8, 64) == chosen[64]
     assert route(torch.float16, 8, 64, causal=True) == attention.HOPPER_VERSION[(64, True)]
     assert route(torch.float32, 8, 128) is None      # fp32: the course kernel
