@@ -22,8 +22,15 @@
 // No shared memory and no barrier: a first version staged x in shared memory chunk by chunk,
 // and its barriers stalled the weight stream (below cuBLAS in bf16 on the H100; the log of
 // that run is results/logs/h100_decode_linear_v1.log).
-// Tile shape: 4 warps x 4 rows = 16 output features per block: N = 4096 gives 256 blocks, two
-// per SM, all resident at once.
+// Tile shape: 4 warps x 4 rows = 16 output features per block. That alone leaves the GPU
+// short of loads in flight where N is small: N = 4096 (o_proj, and the down projection with
+// K = 16384) gives 256 blocks, 8 warps per SM, each warp latency-bound on a long walk along K
+// (the down projection streamed at 0.78 of the copy bandwidth, the N = 32768 product at 0.92).
+// So the block's warps may also split K (k_splits = 2 or 4: warps 0..k_splits-1 share rows
+// and take every k_splits-th 512-byte step along K, then add their sums in shared memory):
+// 4 / k_splits row groups x 4 rows per block, k_splits times the blocks, the same bytes. The
+// host picks the smallest split that gives at least kTargetBlocksPerSM blocks per SM (the
+// sweep that chose it: Results.md, task 5's decode_linear table).
 // Launched overlapped (device_values.cuh): on Hopper the next kernel is launched once every
 // warp here has streamed its weights, so its blocks are resident when this one's tail ends.
 // (Prefetching the next kernel's first weights into L2 before its wait was tried: ptxas then
@@ -53,6 +60,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kMaxRows = ATTN_DECODE_LINEAR_MAX_ROWS;   // rows of x (M): common/limits.py
+constexpr int kMaxKSplits = kWarps;     // warps of a block that share rows and split K
+constexpr int kTargetBlocksPerSM = 6;   // the automatic k_splits aims at this many blocks per SM
 static_assert(kMaxRows == 8, "launch() below instantiates M = 1..8: change both together");
 
 // 16 bytes of T, converted to fp32.
@@ -108,15 +117,21 @@ using attn::to_float;
 // [2N] likewise), and out = silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual): a warp streams 2
 // gate rows and the 2 matching up rows, so it loads as many rows per step as the plain
 // kernel, and the [M, 2N] gate/up products never reach memory.
+// k_splits (1, 2 or 4, dividing kWarps): warps warp / k_splits share their rows; warp
+// % k_splits says which of every k_splits steps along K it takes.
 template <typename T, int M, bool kGated>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                     const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
+                     const T* __restrict__ residual, T* __restrict__ out, int N, int K,
+                     int k_splits) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int row0 = (blockIdx.x * kWarps + warp) * kOutRows;
+  const int row_group = warp / k_splits;      // which rows of the block this warp streams
+  const int k_part = warp % k_splits;         // which steps along K
+  const int row_groups = kWarps / k_splits;
+  const int row0 = (blockIdx.x * row_groups + row_group) * kOutRows;
 
   // Weight row r of this warp: output feature row0 + r (for the gated kernel, r >= kOutRows
   // is the up row of feature row0 + r - kOutRows, N rows further). Rows past N (the last
@@ -139,12 +154,13 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   }
 
-  // Lane `lane` takes elements lane*kVec, lane*kVec + 32*kVec, ... of every row: a warp reads
-  // 512 contiguous bytes of a row per step. Per step a lane loads kRowsPerWarp pieces of W
-  // (from memory, once) and M pieces of x (the same for every warp: L1 serves them), and the
-  // unrolling keeps several steps of loads in flight. No shared memory, no barrier.
+  // Lane `lane` takes elements lane*kVec, lane*kVec + 32*kVec, ... of every row (of this
+  // warp's share of the steps): a warp reads 512 contiguous bytes of a row per step. Per step
+  // a lane loads kRowsPerWarp pieces of W (from memory, once) and M pieces of x (the same for
+  // every warp: L1 serves them), and the unrolling keeps several steps of loads in flight.
+  const int k_step = 32 * kVec * k_splits;
 #pragma unroll 4
-  for (int k = lane * kVec; k < K; k += 32 * kVec) {
+  for (int k = (k_part * 32 + lane) * kVec; k < K; k += k_step) {
     Pack<T> wp[kRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
@@ -170,7 +186,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   // The weights are streamed: the next kernel may now be scheduled into this one's tail.
   attn::let_next_kernel_start();
 
-  // Sum each (row, m) over the 32 lanes; lane 0 writes.
+  // Sum each (row, m) over the 32 lanes.
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
@@ -181,7 +197,29 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
       acc[r][m] = v;
     }
   }
-  if (lane == 0) {
+  // Split K: the warps of a row group add their sums into the first one's (k_part 0), in a
+  // fixed order (the result does not depend on timing).
+  if (k_splits > 1) {
+    __shared__ float partial[kWarps][kRowsPerWarp][M];
+    if (lane == 0 && k_part > 0) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) partial[warp][r][m] = acc[r][m];
+      }
+    }
+    __syncthreads();
+    if (lane == 0 && k_part == 0) {
+      for (int part = 1; part < k_splits; ++part) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+          for (int m = 0; m < M; ++m) acc[r][m] += partial[warp + part][r][m];
+        }
+      }
+    }
+  }
+  if (lane == 0 && k_part == 0) {
 #pragma unroll
     for (int r = 0; r < kOutRows; ++r) {
       const int row = row0 + r;
@@ -205,33 +243,54 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
-                 const torch::Tensor& out, int N, int K, cudaStream_t stream) {
-  const int features_per_block = kWarps * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
+                 const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
+  const int features_per_block = kWarps / k_splits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
   const int blocks = attn::ceil_div(N, features_per_block);
   attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
                           decode_linear_kernel<T, M, kGated>, dim3(blocks), dim3(kThreads), stream,
                           reinterpret_cast<const T*>(x.data_ptr()),
                           reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                          reinterpret_cast<T*>(out.data_ptr()), N, K);
+                          reinterpret_cast<T*>(out.data_ptr()), N, K, k_splits);
 }
 
 template <typename T, bool kGated>
 void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
             const std::optional<torch::Tensor>& residual, const torch::Tensor& out, int rows, int N,
-            int K) {
+            int K, int k_splits) {
   const T* b = bias.has_value() ? reinterpret_cast<const T*>(bias->data_ptr()) : nullptr;
   const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   switch (rows) {
-    case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, stream); break;
-    case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, stream); break;
-    case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, stream); break;
-    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, stream); break;
-    case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, stream); break;
-    case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, stream); break;
-    case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, stream); break;
-    default: launch_rows<T, 8, kGated>(x, w, b, res, out, N, K, stream); break;
+    case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    default: launch_rows<T, 8, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
   }
+}
+
+// The automatic k_splits: the smallest of 1, 2, 4 that gives the GPU at least
+// kTargetBlocksPerSM blocks per SM (more splits than needed only add the shared-memory sums).
+int choose_k_splits(int N, bool gated) {
+  static int sm_count[64] = {};  // per device, looked up once (0: not yet)
+  const int device = c10::cuda::current_device();
+  int sms = 132;
+  if (device < 64) {
+    if (sm_count[device] == 0) {
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count[device], cudaDevAttrMultiProcessorCount, device));
+    }
+    sms = sm_count[device];
+  }
+  const int features_per_warp = gated ? kRowsPerWarp / 2 : kRowsPerWarp;
+  int k_splits = 1;
+  while (k_splits < kMaxKSplits &&
+         attn::ceil_div(N, kWarps / k_splits * features_per_warp) < kTargetBlocksPerSM * sms) {
+    k_splits *= 2;
+  }
+  return k_splits;
 }
 
 using attn::aligned16;
@@ -239,7 +298,7 @@ using attn::aligned16;
 // The two entries' shared checks and launch: `gated` halves the output features.
 torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
                   const std::optional<torch::Tensor>& bias,
-                  const std::optional<torch::Tensor>& residual, bool gated) {
+                  const std::optional<torch::Tensor>& residual, int64_t k_splits, bool gated) {
   const char* entry = gated ? "decode_swiglu" : "decode_linear";
   attn::check_cuda_tensor(x, "x");
   attn::check_dtype(x, "x", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
@@ -282,15 +341,19 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
                       attn::str("residual is ", residual->sizes(), " but the output is ",
                                 c10::IntArrayRef(out_shape), "."));
   }
+  TORCH_CHECK_VALUE(k_splits == 0 || k_splits == 1 || k_splits == 2 || k_splits == 4,
+                    attn::str(entry, ": k_splits is 1, 2 or 4 (warps of a block that split K), or "
+                              "0 to choose from the SM count; got ", k_splits, "."));
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor out = torch::empty(out_shape, x.options());
   const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
+  const int splits = k_splits > 0 ? static_cast<int>(k_splits) : choose_k_splits(n, gated);
   const auto dispatch = [&](auto gated_flag) {
     constexpr bool kGated = decltype(gated_flag)::value;
     switch (x.scalar_type()) {
-      case torch::kFloat32: launch<float, kGated>(x, weight, bias, residual, out, m, n, k); break;
-      case torch::kFloat16: launch<__half, kGated>(x, weight, bias, residual, out, m, n, k); break;
-      default: launch<__nv_bfloat16, kGated>(x, weight, bias, residual, out, m, n, k); break;
+      case torch::kFloat32: launch<float, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+      case torch::kFloat16: launch<__half, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+      default: launch<__nv_bfloat16, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
     }
   };
   if (gated) {
@@ -304,15 +367,16 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
 }  // namespace
 
 // x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
-// residual [..., N] like the output. Returns [..., N] in x's dtype.
+// residual [..., N] like the output; k_splits: 1, 2 or 4 warps per row along K, 0 to choose.
+// Returns [..., N] in x's dtype.
 torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual) {
-  return run(x, weight, bias, residual, /*gated=*/false);
+                            std::optional<torch::Tensor> residual, int64_t k_splits) {
+  return run(x, weight, bias, residual, k_splits, /*gated=*/false);
 }
 
 // SwiGLU's first half in one pass: weight [2 * width, K] holds the gate rows then the up rows
 // (bias [2 * width] likewise); returns silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width].
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual) {
-  return run(x, weight, bias, residual, /*gated=*/true);
+                            std::optional<torch::Tensor> residual, int64_t k_splits) {
+  return run(x, weight, bias, residual, k_splits, /*gated=*/true);
 }

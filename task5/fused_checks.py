@@ -8,13 +8,15 @@
                 cancels), RoPE + cache append (fp32 bit-identical to task 6's apply_rope and
                 the cache write; GQA; per-sequence position tensors; a position outside the
                 cache writes nothing; CUDA-graph replays while the position advances), SwiGLU
-                on the stacked gate/up weight (1..8 rows, bias, residual); every kernel run
+                on the stacked gate/up weight (1..8 rows, bias, residual, each split of K); every kernel run
                 twice on NaN-poisoned outputs must give the same bits; bad input raises a
                 sentence. Then each kernel and its PyTorch twin timed at task 6's decode shapes
                 (B 4, hidden 4096, 32 heads, width 16384) as CUDA-graph replays.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -215,7 +217,8 @@ def _swiglu_checks(small: bool, device, gen) -> list[Check]:
     cases = [(2, 64, 32, False, False)] if small else [
         (4, 4096, 16384, False, False), (1, 512, 100, True, False), (8, 1024, 256, False, True),
         (3, 128, 8, True, True)]
-    for dtype in DTYPES.values():
+    # k_splits: the kernel's automatic split of K (0), and each forced split on the full run.
+    for dtype, k_splits in itertools.product(DTYPES.values(), (0,) if small else (0, 1, 2, 4)):
         for rows, k, width, bias, residual in cases:
             def rand(*shape, scale=1.0):
                 return (torch.randn(*shape, device=device, generator=gen) * scale).to(dtype)
@@ -224,8 +227,9 @@ def _swiglu_checks(small: bool, device, gen) -> list[Check]:
             b = rand(2 * width) if bias else None
             r = rand(rows, width) if residual else None
             name = (f"decode_swiglu {dtype} rows {rows} K {k} width {width}"
-                    + (" + bias" if bias else "") + (" + residual" if residual else ""))
-            runs = [fused.decode_swiglu(x, w, b, r) for _ in range(2)]
+                    + (" + bias" if bias else "") + (" + residual" if residual else "")
+                    + (f" k_splits {k_splits}" if k_splits else ""))
+            runs = [fused._ext().decode_swiglu(x, w, b, r, k_splits) for _ in range(2)]
             twin = torch_ops().decode_swiglu(x, w, b, r)
             truth = torch_ops().decode_swiglu(x.double(), w.double(), None if b is None else b.double(),
                                               None if r is None else r.double())
@@ -261,6 +265,10 @@ def _input_checks(device) -> list[Check]:
          lambda: fused.rope_append(q, k, k, *caches, cos, sin, torch.tensor(1.0, device=device)), "int"),
         ("decode_swiglu: odd weight rows", lambda: ext.decode_swiglu(x, torch.randn(7, 64, device=device), None, None),
          "odd"),
+        ("decode_swiglu: k_splits 3",
+         lambda: ext.decode_swiglu(x, torch.randn(8, 64, device=device), None, None, 3), "k_splits"),
+        ("decode_linear: k_splits 8",
+         lambda: ext.decode_linear(x, torch.randn(8, 64, device=device), None, None, 8), "k_splits"),
         ("decode_swiglu: 9 rows", lambda: ext.decode_swiglu(torch.randn(9, 64, device=device),
                                                             torch.randn(8, 64, device=device), None, None), "rows"),
     ]

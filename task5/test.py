@@ -400,49 +400,67 @@ SMALL_LINEAR_CASES = ((1, 64, 5, True, False), (4, 1000, 37, True, True))
 
 def _linear_checks(device, gen, cases) -> list[Check]:
     checks = []
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        for rows, k, n, with_bias, with_residual in cases:
-            name = (f"decode_linear {str(dtype).split('.')[-1]} rows={rows} K={k} N={n}"
-                    + (" +bias" if with_bias else "") + (" +residual" if with_residual else ""))
-            x = torch.randn(rows, 1, k, device=device, generator=gen).to(dtype)
-            w = (torch.randn(n, k, device=device, generator=gen) / math.sqrt(k)).to(dtype)
-            b = torch.randn(n, device=device, generator=gen).to(dtype) if with_bias else None
-            r = torch.randn(rows, 1, n, device=device, generator=gen).to(dtype) if with_residual else None
-            truth = x.double() @ w.double().T
-            truth = truth + (b.double() if b is not None else 0) + (r.double() if r is not None else 0)
-            ext = _ext()
-            got, failed = _attempt(name, partial(ext.decode_linear, x, w, b, r))
-            if failed:
-                checks.append(failed)
-                continue
-            again = ext.decode_linear(x, w, b, r)
-            checks.append(check_relative(name, got, truth, dtype))
-            checks.append(Check(f"{name} repeatable", _same_bits(got, again),
-                                "" if _same_bits(got, again) else "two runs differ: a race"))
+    # k_splits: 0 lets the kernel choose from the SM count; 1, 2, 4 force each split of K.
+    for dtype, (rows, k, n, with_bias, with_residual), k_splits in itertools.product(
+            (torch.float32, torch.float16, torch.bfloat16), cases, (0, 1, 2, 4)):
+        name = (f"decode_linear {str(dtype).split('.')[-1]} rows={rows} K={k} N={n}"
+                + (" +bias" if with_bias else "") + (" +residual" if with_residual else "")
+                + (f" k_splits={k_splits}" if k_splits else ""))
+        x = torch.randn(rows, 1, k, device=device, generator=gen).to(dtype)
+        w = (torch.randn(n, k, device=device, generator=gen) / math.sqrt(k)).to(dtype)
+        b = torch.randn(n, device=device, generator=gen).to(dtype) if with_bias else None
+        r = torch.randn(rows, 1, n, device=device, generator=gen).to(dtype) if with_residual else None
+        truth = x.double() @ w.double().T
+        truth = truth + (b.double() if b is not None else 0) + (r.double() if r is not None else 0)
+        ext = _ext()
+        got, failed = _attempt(name, partial(ext.decode_linear, x, w, b, r, k_splits))
+        if failed:
+            checks.append(failed)
+            continue
+        again = ext.decode_linear(x, w, b, r, k_splits)
+        checks.append(check_relative(name, got, truth, dtype))
+        checks.append(Check(f"{name} repeatable", _same_bits(got, again),
+                            "" if _same_bits(got, again) else "two runs differ: a race"))
     return checks
 
 
+# Task 6's decode products at batch 4 (hidden 4096): qkv, o_proj, gate/up (as one plain
+# product), down, lm_head.
+LINEAR_TIMING_SHAPES = ((4, 4096, 12288), (4, 4096, 4096), (4, 4096, 32768), (4, 16384, 4096),
+                        (4, 4096, 8192))
+
+
 def _linear_timing(device) -> tuple[list[Check], dict]:
-    """decode_linear vs cuBLAS (F.linear) on a decode step's largest product, GB/s of weights."""
+    """decode_linear vs cuBLAS (F.linear) on a decode step's products, GB/s of weights: the
+    automatic split of K (k_splits=0) and each forced split, to show the choice is the best."""
     import torch.nn.functional as F
 
     checks, metrics = [], {}
-    # task 6's gate/up and down projections at batch 4
     for (rows, k, n), (dtype, tag) in itertools.product(
-            ((4, 4096, 32768), (4, 16384, 4096)), ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))):
+            LINEAR_TIMING_SHAPES, ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))):
+        weight_bytes = n * k * torch.empty((), dtype=dtype).element_size()
         sets = [(torch.randn(rows, k, device=device).to(dtype),
-                 torch.randn(n, k, device=device).to(dtype)) for _ in range(2)]
-        weight_bytes = n * k * sets[0][1].element_size()
+                 torch.randn(n, k, device=device).to(dtype))
+                for _ in range(max(2, math.ceil(ROTATE_BYTES / weight_bytes)))]
+        key = f"task5.decode_linear.{tag}.m{rows}_k{k}_n{n}"
+        splits = {}
+        for k_splits in (1, 2, 4):
+            ms = time_cuda(lambda x, w: _ext().decode_linear(x, w, None, None, k_splits), inputs=sets,
+                           warmup=3, repeats=20).median_ms
+            splits[k_splits] = ms
+            metrics[f"{key}.k_splits{k_splits}.gbps"] = weight_bytes / (ms * 1e-3) / 1e9
         ours = time_cuda(lambda x, w: _ext().decode_linear(x, w), inputs=sets, warmup=3, repeats=20)
         cublas = time_cuda(F.linear, inputs=sets, warmup=3, repeats=20)
         ours_gbps = weight_bytes / (ours.median_ms * 1e-3) / 1e9
         cublas_gbps = weight_bytes / (cublas.median_ms * 1e-3) / 1e9
-        key = f"task5.decode_linear.{tag}.m{rows}_k{k}_n{n}"
         metrics.update({f"{key}.gbps": ours_gbps, f"{key}.cublas_gbps": cublas_gbps,
                         f"{key}.ms": ours.median_ms, f"{key}.cublas_ms": cublas.median_ms})
+        per_split = ", ".join(f"{s}: {weight_bytes / (ms * 1e-3) / 1e9:.0f}" for s, ms in splits.items())
         checks.append(Check(f"decode_linear {tag} [{rows} x {k}] @ [{n} x {k}]^T timing", True,
-                            f"ours {ours.median_ms * 1e3:.0f} us = {ours_gbps:.0f} GB/s of weights, "
-                            f"cuBLAS {cublas.median_ms * 1e3:.0f} us = {cublas_gbps:.0f} GB/s"))
+                            f"ours {ours.median_ms * 1e3:.0f} us = {ours_gbps:.0f} GB/s of weights "
+                            f"(k_splits {per_split} GB/s), cuBLAS {cublas.median_ms * 1e3:.0f} us = "
+                            f"{cublas_gbps:.0f} GB/s"))
+        del sets
     return checks, metrics
 
 
