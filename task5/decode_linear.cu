@@ -46,6 +46,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -58,7 +59,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kUnroll = 4;   // steps along K whose loads are in flight together
 constexpr int kMaxRows = ATTN_DECODE_LINEAR_MAX_ROWS;   // rows of x (M): common/limits.py
 constexpr int kMaxKSplits = kWarps;     // warps of a block that share rows and split K
 constexpr int kTargetBlocksPerSM = 6;   // the automatic k_splits aims at this many blocks per SM
@@ -111,6 +112,33 @@ __device__ __forceinline__ uint4 load_streaming(const void* ptr) {
 using attn::from_float;
 using attn::to_float;
 
+// One step along K for one lane: its kRowsPerWarp pieces of W (already loaded) times the
+// matching pieces of the M rows of x (ordinary loads: every warp reads all of x, so L1 serves
+// it), accumulated in fp32.
+template <typename T, int M>
+__device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
+                                                const Pack<T> (&wp)[kRowsPerWarp],
+                                                const T* __restrict__ x, int K, int k) {
+  constexpr int kVec = Pack<T>::kElems;
+  Pack<T> xp[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    xp[m].raw = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + k));
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float xf[kVec];
+    xp[m].to_float(xf);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      float wf[kVec];
+      wp[r].to_float(wf);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[r][m] = fmaf(wf[e], xf[e], acc[r][m]);
+    }
+  }
+}
+
 // x [M, K], w [N, K], bias [N] or null, residual [M, N] or null, out [M, N]; all contiguous,
 // rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
 // kGated (SwiGLU): w is [2N, K], the gate's N rows then the up projection's N rows (bias
@@ -123,7 +151,7 @@ template <typename T, int M, bool kGated>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     int k_splits) {
+                     int k_splits, bool prefetch) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -145,6 +173,25 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     w_rows[r] = w + w_row * K;
   }
 
+  // Lane `lane` takes elements lane*kVec, lane*kVec + 32*kVec, ... of every row (of this
+  // warp's share of the steps): a warp reads 512 contiguous bytes of a row per step. Per step
+  // a lane loads kRowsPerWarp pieces of W (from memory, once) and M pieces of x, and the
+  // unrolling keeps kUnroll steps of loads in flight.
+  const int k_step = 32 * kVec * k_splits;
+  int k = (k_part * 32 + lane) * kVec;
+
+  // The weights do not depend on the kernel before, so the first kUnroll steps of them are
+  // loaded before waiting for it: while its last blocks finish, this kernel's blocks that are
+  // already resident keep the memory busy, instead of starting from an empty pipe.
+  Pack<T> first[kUnroll][kRowsPerWarp];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (prefetch && k + u * k_step < K) first[u][r].raw = load_streaming(w_rows[r] + k + u * k_step);
+    }
+  }
+
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
 
   float acc[kRowsPerWarp][M];
@@ -153,34 +200,21 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   }
-
-  // Lane `lane` takes elements lane*kVec, lane*kVec + 32*kVec, ... of every row (of this
-  // warp's share of the steps): a warp reads 512 contiguous bytes of a row per step. Per step
-  // a lane loads kRowsPerWarp pieces of W (from memory, once) and M pieces of x (the same for
-  // every warp: L1 serves them), and the unrolling keeps several steps of loads in flight.
-  const int k_step = 32 * kVec * k_splits;
-#pragma unroll 4
-  for (int k = (k_part * 32 + lane) * kVec; k < K; k += k_step) {
+  if (prefetch) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (k < K) {
+        accumulate_step<T, M>(acc, first[u], x, K, k);
+        k += k_step;
+      }
+    }
+  }
+#pragma unroll kUnroll
+  for (; k < K; k += k_step) {
     Pack<T> wp[kRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
-    Pack<T> xp[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      xp[m].raw = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + k));
-    }
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      float xf[kVec];
-      xp[m].to_float(xf);
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        float wf[kVec];
-        wp[r].to_float(wf);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[r][m] = fmaf(wf[e], xf[e], acc[r][m]);
-      }
-    }
+    accumulate_step<T, M>(acc, wp, x, K, k);
   }
 
   // The weights are streamed: the next kernel may now be scheduled into this one's tail.
@@ -241,6 +275,15 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
+// Experiment switch: ATTN_DECODE_LINEAR_PREFETCH=0 waits for the kernel before prior to any load.
+bool prefetch_enabled() {
+  static const bool off = [] {
+    const char* env = std::getenv("ATTN_DECODE_LINEAR_PREFETCH");
+    return env != nullptr && env[0] == '0';
+  }();
+  return !off;
+}
+
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
@@ -250,7 +293,8 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
                           decode_linear_kernel<T, M, kGated>, dim3(blocks), dim3(kThreads), stream,
                           reinterpret_cast<const T*>(x.data_ptr()),
                           reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                          reinterpret_cast<T*>(out.data_ptr()), N, K, k_splits);
+                          reinterpret_cast<T*>(out.data_ptr()), N, K, k_splits,
+                          prefetch_enabled());
 }
 
 template <typename T, bool kGated>
