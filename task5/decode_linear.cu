@@ -22,15 +22,18 @@
 // No shared memory and no barrier: a first version staged x in shared memory chunk by chunk,
 // and its barriers stalled the weight stream (below cuBLAS in bf16 on the H100; the log of
 // that run is results/logs/h100_decode_linear_v1.log).
-// Tile shape: 4 warps x 4 rows = 16 output features per block. That alone leaves the GPU
-// short of loads in flight where N is small: N = 4096 (o_proj, and the down projection with
-// K = 16384) gives 256 blocks, 8 warps per SM, each warp latency-bound on a long walk along K
-// (the down projection streamed at 0.78 of the copy bandwidth, the N = 32768 product at 0.92).
-// So the block's warps may also split K (k_splits = 2 or 4: warps 0..k_splits-1 share rows
-// and take every k_splits-th 512-byte step along K, then add their sums in shared memory):
-// 4 / k_splits row groups x 4 rows per block, k_splits times the blocks, the same bytes. The
-// host picks the smallest split that gives at least kTargetBlocksPerSM blocks per SM (the
-// sweep that chose it: Results.md, task 5's decode_linear table).
+// Tile shape: 4 warps x 4 rows = 16 output features per block. That alone leaves too few
+// loads in flight where N is small: N = 4096 (o_proj, and the down projection with K = 16384)
+// gives 256 blocks, 8 warps per SM, each warp latency-bound on a long walk along K. So the
+// block's warps may also split K (k_splits = 2 or 4: k_splits warps share their rows, each
+// taking every k_splits-th 512-byte step along K, and add their sums in shared memory): the
+// same bytes, k_splits times the blocks. The host picks the largest split that leaves each
+// warp two rounds of kUnroll steps (bf16 at K = 4096: 2; fp32 at 4096 and both at 16384: 4),
+// the best or within noise of it at every product of task 6's decode step in a sweep of
+// k_splits 1, 2, 4 (Results.md, "Decode-step products").
+// Tried and left out: loading the first kUnroll steps of weights before waiting for the
+// kernel before (they do not depend on it), to keep the memory busy through its tail: task
+// 6's bf16 TBT did not improve beyond run-to-run noise (task6/NOTES.md).
 // Launched overlapped (device_values.cuh): on Hopper the next kernel is launched once every
 // warp here has streamed its weights, so its blocks are resident when this one's tail ends.
 // (Prefetching the next kernel's first weights into L2 before its wait was tried: ptxas then
@@ -46,7 +49,6 @@
 #include <torch/types.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -62,7 +64,7 @@ constexpr int kRowsPerWarp = 4;
 constexpr int kUnroll = 4;   // steps along K whose loads are in flight together
 constexpr int kMaxRows = ATTN_DECODE_LINEAR_MAX_ROWS;   // rows of x (M): common/limits.py
 constexpr int kMaxKSplits = kWarps;     // warps of a block that share rows and split K
-constexpr int kTargetBlocksPerSM = 6;   // the automatic k_splits aims at this many blocks per SM
+constexpr int kMinStepsPerWarp = 2 * kUnroll;  // the automatic k_splits leaves a warp this many
 static_assert(kMaxRows == 8, "launch() below instantiates M = 1..8: change both together");
 
 // 16 bytes of T, converted to fp32.
@@ -151,7 +153,7 @@ template <typename T, int M, bool kGated>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     int k_splits, bool prefetch) {
+                     int k_splits) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -180,18 +182,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   const int k_step = 32 * kVec * k_splits;
   int k = (k_part * 32 + lane) * kVec;
 
-  // The weights do not depend on the kernel before, so the first kUnroll steps of them are
-  // loaded before waiting for it: while its last blocks finish, this kernel's blocks that are
-  // already resident keep the memory busy, instead of starting from an empty pipe.
-  Pack<T> first[kUnroll][kRowsPerWarp];
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      if (prefetch && k + u * k_step < K) first[u][r].raw = load_streaming(w_rows[r] + k + u * k_step);
-    }
-  }
-
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
 
   float acc[kRowsPerWarp][M];
@@ -199,15 +189,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
-  }
-  if (prefetch) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (k < K) {
-        accumulate_step<T, M>(acc, first[u], x, K, k);
-        k += k_step;
-      }
-    }
   }
 #pragma unroll kUnroll
   for (; k < K; k += k_step) {
@@ -275,15 +256,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
-// Experiment switch: ATTN_DECODE_LINEAR_PREFETCH=0 waits for the kernel before prior to any load.
-bool prefetch_enabled() {
-  static const bool off = [] {
-    const char* env = std::getenv("ATTN_DECODE_LINEAR_PREFETCH");
-    return env != nullptr && env[0] == '0';
-  }();
-  return !off;
-}
-
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
@@ -293,8 +265,7 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
                           decode_linear_kernel<T, M, kGated>, dim3(blocks), dim3(kThreads), stream,
                           reinterpret_cast<const T*>(x.data_ptr()),
                           reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                          reinterpret_cast<T*>(out.data_ptr()), N, K, k_splits,
-                          prefetch_enabled());
+                          reinterpret_cast<T*>(out.data_ptr()), N, K, k_splits);
 }
 
 template <typename T, bool kGated>
@@ -316,24 +287,14 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
   }
 }
 
-// The automatic k_splits: the smallest of 1, 2, 4 that gives the GPU at least
-// kTargetBlocksPerSM blocks per SM (more splits than needed only add the shared-memory sums).
-int choose_k_splits(int N, bool gated) {
-  static int sm_count[64] = {};  // per device, looked up once (0: not yet)
-  const int device = c10::cuda::current_device();
-  int sms = 132;
-  if (device < 64) {
-    if (sm_count[device] == 0) {
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count[device], cudaDevAttrMultiProcessorCount, device));
-    }
-    sms = sm_count[device];
-  }
-  const int features_per_warp = gated ? kRowsPerWarp / 2 : kRowsPerWarp;
+// The automatic k_splits: the largest of 1, 2, 4 that still leaves each warp
+// kMinStepsPerWarp steps along K (two rounds of kUnroll loads in flight); below that a block
+// lives for about one memory round trip and its fixed costs (start, the shared-memory sums,
+// the epilogue) are no longer spread over enough bytes.
+int choose_k_splits(int K, int elems_per_step) {
+  const int steps = attn::ceil_div(K, elems_per_step);
   int k_splits = 1;
-  while (k_splits < kMaxKSplits &&
-         attn::ceil_div(N, kWarps / k_splits * features_per_warp) < kTargetBlocksPerSM * sms) {
-    k_splits *= 2;
-  }
+  while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= kMinStepsPerWarp) k_splits *= 2;
   return k_splits;
 }
 
@@ -391,7 +352,8 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor out = torch::empty(out_shape, x.options());
   const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
-  const int splits = k_splits > 0 ? static_cast<int>(k_splits) : choose_k_splits(n, gated);
+  const int splits = k_splits > 0 ? static_cast<int>(k_splits)
+                                  : choose_k_splits(k, 32 * 16 / static_cast<int>(x.element_size()));
   const auto dispatch = [&](auto gated_flag) {
     constexpr bool kGated = decltype(gated_flag)::value;
     switch (x.scalar_type()) {

@@ -8,9 +8,9 @@
                 cancels), RoPE + cache append (fp32 bit-identical to task 6's apply_rope and
                 the cache write; GQA; per-sequence position tensors; a position outside the
                 cache writes nothing; CUDA-graph replays while the position advances), SwiGLU
-                on the stacked gate/up weight (1..8 rows, bias, residual, each split of K); every kernel run
-                twice on NaN-poisoned outputs must give the same bits; bad input raises a
-                sentence. Then each kernel and its PyTorch twin timed at task 6's decode shapes
+                on the stacked gate/up weight (1..8 rows, bias, residual, each split of K);
+                every kernel run twice on NaN-poisoned outputs must give the same bits; bad
+                input raises a sentence. Then each kernel and its PyTorch twin timed at task 6's decode shapes
                 (B 4, hidden 4096, 32 heads, width 16384) as CUDA-graph replays.
 """
 

@@ -77,8 +77,45 @@ GQA_SECTION = Section(
                         "", "", "", ""), when=f"{GQA_CASE}.cuda_core_us"))),),
     sources=("task5.gqa",), where="beyond")
 
+# Task 6's decode-step products at batch 4, hidden 4096: (name, rows, K, N, gated). gate_up is
+# timed twice: as one plain product over the stacked [2 * width, K] weight, and as decode_swiglu
+# (silu(gate) * up in the epilogue, N = width).
+DECODE_PRODUCTS = (("qkv_proj", 4, 4096, 12288, False), ("o_proj", 4, 4096, 4096, False),
+                   ("gate_up_proj", 4, 4096, 32768, False), ("down_proj", 4, 16384, 4096, False),
+                   ("lm_head", 4, 4096, 8192, False), ("gate_up_proj, SwiGLU", 4, 4096, 16384, True))
+
+
+def decode_product_prefix(dtype: str, rows: int, k: int, n: int, gated: bool) -> str:
+    """task5.decode_linear.<dtype>.m<rows>_k<K>_n<N> (decode_swiglu for the gated product):
+    ms, gbps, bw_fraction, k_splits<s>.gbps, cublas_ms, cublas_gbps."""
+    return f"task5.{'decode_swiglu' if gated else 'decode_linear'}.{dtype}.m{rows}_k{k}_n{n}"
+
+
+def _product_row(dtype: str, name: str, rows: int, k: int, n: int, gated: bool) -> Row:
+    p = decode_product_prefix(dtype, rows, k, n, gated)
+    return Row((f"{name} [{rows} x {k}] x [{2 * n if gated else n} x {k}]^T", dtype,
+                Metric(f"{p}.ms", "{:.4f}"), Metric(f"{p}.gbps", "{:.0f}"),
+                Metric(f"{p}.bw_fraction"),
+                *(Metric(f"{p}.k_splits{s}.gbps", "{:.0f}") for s in (1, 2, 4)),
+                Metric(f"{p}.cublas_gbps", "{:.0f}")), when=f"{p}.bw_fraction")
+
+
+DECODE_PRODUCTS_SECTION = Section(
+    "Decode-step products (decode_linear, decode_swiglu; CUDA-graph replays)",
+    intro=("Task 6's products at batch 4, each timed as 32 calls per CUDA graph, weights rotated "
+           "(bigger than L2). GB/s of weights read; bw fraction = that / the copy bandwidth of the "
+           "same run (", Metric(COPY_GBPS, "{:.0f}"), " GB/s). Ours uses the automatic split of K; "
+           "the k_splits columns force each split. cuBLAS: F.linear (for SwiGLU, then "
+           "silu(gate) * up)."),
+    blocks=(Table(("product", "dtype", "ms", "GB/s", "bw fraction", "k_splits 1", "k_splits 2",
+                   "k_splits 4", "cuBLAS GB/s"),
+                  tuple(_product_row(dtype, *product) for product in DECODE_PRODUCTS
+                        for dtype in ("fp32", "bf16"))),),
+    sources=("task5.decode_linear", "task5.decode_swiglu"), where="beyond")
+
 MANIFEST = TaskManifest(
     task=5, points=4, needs_gpu=True, parts=(Part(("course", "kernels"), 4),),
     shown=(Metric(TTFT_SPEEDUP, suffix="x", label="TTFT"), Metric(TBT_SPEEDUP, suffix="x", label="TBT")),
-    sections=(COURSE_SECTION, DECODE_SECTION, SHORT_DECODE_SECTION, GQA_SECTION),
+    sections=(COURSE_SECTION, DECODE_SECTION, SHORT_DECODE_SECTION, GQA_SECTION,
+              DECODE_PRODUCTS_SECTION),
     cpu_note="its kernels are CUDA")

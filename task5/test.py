@@ -60,8 +60,8 @@ from task5.attention import (
     decode_attention_bhsd,
     update_kv_cache,
 )
-from task5.manifest import (COPY_GBPS, SHORT_DECODE_SHAPES, TBT_SPEEDUP, TTFT_SPEEDUP,
-                             decode_prefix)
+from task5.manifest import (COPY_GBPS, DECODE_PRODUCTS, SHORT_DECODE_SHAPES, TBT_SPEEDUP,
+                             TTFT_SPEEDUP, decode_prefix, decode_product_prefix)
 from task5.fused_checks import GROUPS as FUSED_GROUPS
 from task5.variants_checks import GROUPS as VARIANT_GROUPS
 
@@ -424,42 +424,40 @@ def _linear_checks(device, gen, cases) -> list[Check]:
     return checks
 
 
-# Task 6's decode products at batch 4 (hidden 4096): qkv, o_proj, gate/up (as one plain
-# product), down, lm_head.
-LINEAR_TIMING_SHAPES = ((4, 4096, 12288), (4, 4096, 4096), (4, 4096, 32768), (4, 16384, 4096),
-                        (4, 4096, 8192))
-
-
-def _linear_timing(device) -> tuple[list[Check], dict]:
-    """decode_linear vs cuBLAS (F.linear) on a decode step's products, GB/s of weights, each
-    timed as CUDA-graph replays (a decode step replays them so; called from Python, a product
-    of a few microseconds would time the host): the automatic split of K (k_splits=0) and
-    each forced split, to show the choice is the best."""
+def _linear_timing(device, copy_gbps: float) -> tuple[list[Check], dict]:
+    """decode_linear and decode_swiglu vs cuBLAS (F.linear) on task 6's decode-step products, GB/s
+    of weights, each timed as CUDA-graph replays (a decode step replays them so; called from
+    Python, a product of a few microseconds would time the host): the automatic split of K
+    (k_splits=0) and each forced split, to show the choice is the best or close to it."""
     import torch.nn.functional as F
 
     from common.graphs import graph_time_per_call_ms
+    from task5.fused import torch_swiglu
 
     checks, metrics = [], {}
-    for (rows, k, n), (dtype, tag) in itertools.product(
-            LINEAR_TIMING_SHAPES, ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))):
-        weight_bytes = n * k * torch.empty((), dtype=dtype).element_size()
+    for (name, rows, k, n, gated), (dtype, tag) in itertools.product(
+            DECODE_PRODUCTS, ((torch.float32, "fp32"), (torch.bfloat16, "bf16"))):
+        weight_rows = 2 * n if gated else n
+        weight_bytes = weight_rows * k * torch.empty((), dtype=dtype).element_size()
         sets = [(torch.randn(rows, k, device=device).to(dtype),
-                 torch.randn(n, k, device=device).to(dtype))
+                 torch.randn(weight_rows, k, device=device).to(dtype))
                 for _ in range(max(2, math.ceil(ROTATE_BYTES / weight_bytes)))]
-        key = f"task5.decode_linear.{tag}.m{rows}_k{k}_n{n}"
+        key = decode_product_prefix(tag, rows, k, n, gated)
+        entry = _ext().decode_swiglu if gated else _ext().decode_linear
 
         def gbps(ms):
             return weight_bytes / (ms * 1e-3) / 1e9
 
-        splits = {s: graph_time_per_call_ms(
-            lambda x, w, s=s: _ext().decode_linear(x, w, None, None, s), sets) for s in (1, 2, 4)}
+        splits = {s: graph_time_per_call_ms(lambda x, w, s=s: entry(x, w, None, None, s), sets)
+                  for s in (1, 2, 4)}
         metrics.update({f"{key}.k_splits{s}.gbps": gbps(ms) for s, ms in splits.items()})
-        ours = graph_time_per_call_ms(lambda x, w: _ext().decode_linear(x, w), sets)
-        cublas = graph_time_per_call_ms(F.linear, sets)
-        metrics.update({f"{key}.gbps": gbps(ours), f"{key}.cublas_gbps": gbps(cublas),
-                        f"{key}.ms": ours, f"{key}.cublas_ms": cublas})
+        ours = graph_time_per_call_ms(lambda x, w: entry(x, w), sets)
+        cublas = graph_time_per_call_ms(torch_swiglu if gated else F.linear, sets)
+        metrics.update({f"{key}.gbps": gbps(ours), f"{key}.bw_fraction": gbps(ours) / copy_gbps,
+                        f"{key}.ms": ours, f"{key}.cublas_gbps": gbps(cublas),
+                        f"{key}.cublas_ms": cublas})
         per_split = ", ".join(f"{s}: {gbps(ms):.0f}" for s, ms in splits.items())
-        checks.append(Check(f"decode_linear {tag} [{rows} x {k}] @ [{n} x {k}]^T timing", True,
+        checks.append(Check(f"{name} {tag} [{rows} x {k}] @ [{weight_rows} x {k}]^T timing", True,
                             f"ours {ours * 1e3:.1f} us = {gbps(ours):.0f} GB/s of weights "
                             f"(k_splits {per_split} GB/s), cuBLAS {cublas * 1e3:.1f} us = "
                             f"{gbps(cublas):.0f} GB/s (CUDA-graph replays)"))
@@ -779,7 +777,7 @@ def decode_group(args=None):
         checks += found
         metrics.update(figures)
         torch.cuda.empty_cache()
-    found, figures = _linear_timing(device)
+    found, figures = _linear_timing(device, copy_gbps)
     return checks + found, {**metrics, **figures}
 
 
