@@ -1,6 +1,6 @@
 """One benchmark for every implementation we have, against PyTorch's SDPA backends.
 
-    python -m common.tools.bench               # the whole sweep (~5 minutes on an H100)
+    python -m common.tools.bench               # the whole sweep (about a minute on a warm H100)
     python -m common.tools.bench --quick       # a few points of each sweep (a smoke test)
 
 Prefill: FlashAttention's own benchmark protocol: the total number of tokens B*S fixed at
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -293,8 +294,9 @@ def headline(points: list[Point]) -> dict[str, float]:
     for p in points:
         if p.kind != "prefill" or math.isnan(p.tflops):
             continue
+        impl = re.sub(r"[^A-Za-z0-9]+", "_", p.impl)   # one dot-free word: "task4_mma_sync_kernel"
         name = f"bench.prefill.{p.dtype}.d{p.head_dim}.{'causal' if p.causal else 'noncausal'}." \
-               f"{p.impl.replace(' ', '_')}.max_tflops"
+               f"{impl}.max_tflops"
         metrics[name] = max(metrics.get(name, 0.0), p.tflops)
     return metrics
 
