@@ -193,6 +193,12 @@ def test_reports_are_classified():
                                         "detail": "the extension did not build (see above)"}]}
     run = grade.classify(grade.Run(()), 2, data, build)
     assert run.status == "build failed" and "Building extension" in run.reason
+    # A check that tried several cases of one missing kernel says it once.
+    said = "raised NotImplementedError: Task 5: update_kv_cache is not implemented yet"
+    data = {"exit_code": 1, "checks": [{"name": "cache", "passed": False,
+                                        "detail": "; ".join([said] * 3 + ["other"])}]}
+    run = grade.classify(grade.Run(()), 5, data, "")
+    assert run.status == "not implemented" and run.reason == f"{said}; other"
 
 
 def test_grading_from_reports_needs_no_gpu_and_can_only_cost_points(tmp_path):

@@ -188,7 +188,9 @@ def classify(run: Run, task: int, data: dict | None, output: str) -> Run:
     missing = [c for c in failed if _NOT_IMPLEMENTED.search(f"{c.get('name')} {c.get('detail')}")]
     if missing:
         run.status = "not implemented"
-        run.reason = f"{missing[0].get('detail') or missing[0].get('name')}"
+        # A check that tried several cases joins their messages with "; ": say each one once.
+        pieces = str(missing[0].get('detail') or missing[0].get('name')).split("; ")
+        run.reason = "; ".join(dict.fromkeys(pieces))
     elif build and any("did not build" in str(c.get("detail")) for c in failed):
         run.status, run.reason = "build failed", build
     else:
