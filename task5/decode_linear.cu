@@ -50,6 +50,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -292,7 +293,15 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
 // kMinStepsPerWarp steps along K (two rounds of kUnroll loads in flight); below that a block
 // lives for about one memory round trip and its fixed costs (start, the shared-memory sums,
 // the epilogue) are no longer spread over enough bytes.
+// ATTN_DECODE_LINEAR_K_SPLITS=1, 2 or 4 replaces the choice everywhere (to measure what the
+// split buys inside a whole decode step; an explicit k_splits argument still wins).
 int choose_k_splits(int K, int elems_per_step) {
+  static const int forced = [] {
+    const char* env = std::getenv("ATTN_DECODE_LINEAR_K_SPLITS");
+    const int value = env != nullptr ? std::atoi(env) : 0;
+    return value == 1 || value == 2 || value == 4 ? value : 0;
+  }();
+  if (forced > 0) return forced;
   const int steps = attn::ceil_div(K, elems_per_step);
   int k_splits = 1;
   while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= kMinStepsPerWarp) k_splits *= 2;
