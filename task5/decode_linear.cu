@@ -149,21 +149,23 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
 // [2N] likewise), and out = silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual): a warp streams 2
 // gate rows and the 2 matching up rows, so it loads as many rows per step as the plain
 // kernel, and the [M, 2N] gate/up products never reach memory.
-// k_splits (1, 2 or 4, dividing kWarps): warps warp / k_splits share their rows; warp
-// % k_splits says which of every k_splits steps along K it takes.
-template <typename T, int M, bool kGated>
+// kSplits (1, 2 or 4, dividing kWarps): warps warp / kSplits share their rows; warp % kSplits
+// says which of every kSplits steps along K it takes. A template parameter, so that the
+// stride along K is a constant: with a run-time stride every unrolled load needed its own
+// address arithmetic, and the bf16 step (the most instructions per byte) lost what the split
+// gained (task6/NOTES.md).
+template <typename T, int M, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                     const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     int k_splits) {
+                     const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int row_group = warp / k_splits;      // which rows of the block this warp streams
-  const int k_part = warp % k_splits;         // which steps along K
-  const int row_groups = kWarps / k_splits;
-  const int row0 = (blockIdx.x * row_groups + row_group) * kOutRows;
+  const int row_group = warp / kSplits;      // which rows of the block this warp streams
+  const int k_part = warp % kSplits;         // which steps along K
+  constexpr int kRowGroups = kWarps / kSplits;
+  const int row0 = (blockIdx.x * kRowGroups + row_group) * kOutRows;
 
   // Weight row r of this warp: output feature row0 + r (for the gated kernel, r >= kOutRows
   // is the up row of feature row0 + r - kOutRows, N rows further). Rows past N (the last
@@ -181,7 +183,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   // warp's share of the steps): a warp reads 512 contiguous bytes of a row per step. Per step
   // a lane loads kRowsPerWarp pieces of W (from memory, once) and M pieces of x, and the
   // unrolling keeps kUnroll steps of loads in flight.
-  const int k_step = 32 * kVec * k_splits;
+  constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
@@ -216,7 +218,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
   // Split K: the warps of a row group add their sums into the first one's (k_part 0), in a
   // fixed order (the result does not depend on timing).
-  if (k_splits > 1) {
+  if constexpr (kSplits > 1) {
     __shared__ float partial[kWarps][kRowsPerWarp][M];
     if (lane == 0 && k_part > 0) {
 #pragma unroll
@@ -227,7 +229,8 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     }
     __syncthreads();
     if (lane == 0 && k_part == 0) {
-      for (int part = 1; part < k_splits; ++part) {
+#pragma unroll
+      for (int part = 1; part < kSplits; ++part) {
 #pragma unroll
         for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
@@ -261,13 +264,21 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
-  const int features_per_block = kWarps / k_splits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
-  const int blocks = attn::ceil_div(N, features_per_block);
-  attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
-                          decode_linear_kernel<T, M, kGated>, dim3(blocks), dim3(kThreads), stream,
-                          reinterpret_cast<const T*>(x.data_ptr()),
-                          reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                          reinterpret_cast<T*>(out.data_ptr()), N, K, k_splits);
+  const auto launch_split = [&](auto splits) {
+    constexpr int kSplits = decltype(splits)::value;
+    const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
+    const int blocks = attn::ceil_div(N, features_per_block);
+    attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
+                            decode_linear_kernel<T, M, kGated, kSplits>, dim3(blocks),
+                            dim3(kThreads), stream, reinterpret_cast<const T*>(x.data_ptr()),
+                            reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
+                            reinterpret_cast<T*>(out.data_ptr()), N, K);
+  };
+  switch (k_splits) {
+    case 1: launch_split(std::integral_constant<int, 1>{}); break;
+    case 2: launch_split(std::integral_constant<int, 2>{}); break;
+    default: launch_split(std::integral_constant<int, 4>{}); break;
+  }
 }
 
 template <typename T, bool kGated>
