@@ -29,9 +29,9 @@
 // taking every k_splits-th 512-byte step along K, and add their sums in shared memory): the
 // same bytes, k_splits times the blocks. The host picks the largest split that leaves each
 // warp two rounds of kUnroll steps (bf16 at K = 4096: 2; fp32 at 4096 and both at 16384: 4),
-// within a few percent of the best split at every product of task 6's decode step in a sweep
-// of k_splits 1, 2, 4, where the best one changes from run to run (Results.md, "Decode-step
-// products"; task6/NOTES.md).
+// within 5% of the best split at every product of task 6's decode step in a sweep of
+// k_splits 1, 2, 4 (Results.md, "Decode-step products"; task6/NOTES.md), and well ahead of
+// no split where N is small: o_proj, and the down projection with its long K.
 // Tried and left out: loading the first kUnroll steps of weights before waiting for the
 // kernel before (they do not depend on it), to keep the memory busy through its tail: task
 // 6's bf16 TBT did not improve beyond run-to-run noise (task6/NOTES.md).

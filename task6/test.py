@@ -471,7 +471,8 @@ def prefill_flops(model: customModel, batch: int, prompt: int) -> float:
 
 
 # Which kernels count as which kind in the decode profile (first match wins; demangled names).
-PROFILE_MATCH = (("swiglu", ("decode_linear_kernel<",), ", true>"),
+# decode_linear_kernel<T, M, kGated, kSplits>: the SwiGLU kernel has kGated true.
+PROFILE_MATCH = (("swiglu", ("decode_linear_kernel<",), ", true, "),
                  ("linear", ("decode_linear_kernel<",), ""),
                  ("attention", ("decode_split_kernel", "combine_splits_kernel", "decode_grouped_kernel",
                                 "combine_grouped_kernel", "merge_splits_kernel", "flash_attention"), ""),

@@ -468,3 +468,16 @@ def test_decode_kv_bytes_is_the_mean_over_the_steps():
     cfg = task6_test.Config(hidden=8, heads=2, layers=3, vocab=10, batch=2, prompt=5, new_tokens=4)
     # steps feed positions 5, 6, 7 and read 6, 7, 8 tokens: mean 7 = prompt + new / 2
     assert task6_test.decode_kv_bytes(cfg, 4) == 2 * 3 * 2 * 7 * 8 * 4
+
+
+def test_decode_profile_sorts_each_kernel_into_its_kind():
+    """Demangled names as torch.profiler reports them: decode_linear_kernel<T, M, kGated, kSplits>."""
+    kind = task6_test.profile_kind
+    linear = "void (anonymous namespace)::decode_linear_kernel<{}>(T const*, T*, int, int)"
+    assert kind(linear.format("__nv_bfloat16, 4, true, 2")) == "swiglu"
+    assert kind(linear.format("__nv_bfloat16, 4, false, 2")) == "linear"
+    assert kind(linear.format("float, 4, false, 4")) == "linear"
+    assert kind("void (anonymous namespace)::decode_split_kernel<__half, true>(P)") == "attention"
+    assert kind("void (anonymous namespace)::norm_kernel<float, true>(NormParams<float>)") == "norm"
+    assert kind("void (anonymous namespace)::rope_append_kernel<float>(P)") == "rope_append"
+    assert kind("void at::native::vectorized_elementwise_kernel<4, FillFunctor<long>>") == "other"
