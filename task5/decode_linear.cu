@@ -306,14 +306,15 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
 // the epilogue) are no longer spread over enough bytes.
 // ATTN_DECODE_LINEAR_K_SPLITS=1, 2 or 4 replaces the choice everywhere (to measure what the
 // split buys inside a whole decode step; an explicit k_splits argument still wins).
-int choose_k_splits(int K, int elems_per_step) {
+int choose_k_splits(int K, int64_t element_size) {
   static const int forced = [] {
     const char* env = std::getenv("ATTN_DECODE_LINEAR_K_SPLITS");
     const int value = env != nullptr ? std::atoi(env) : 0;
     return value == 1 || value == 2 || value == 4 ? value : 0;
   }();
   if (forced > 0) return forced;
-  const int steps = attn::ceil_div(K, elems_per_step);
+  const int elements_per_step = 32 * static_cast<int>(16 / element_size);  // 32 lanes x 16 bytes
+  const int steps = attn::ceil_div(K, elements_per_step);
   int k_splits = 1;
   while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= kMinStepsPerWarp) k_splits *= 2;
   return k_splits;
@@ -369,12 +370,12 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
   }
   TORCH_CHECK_VALUE(k_splits == 0 || k_splits == 1 || k_splits == 2 || k_splits == 4,
                     attn::str(entry, ": k_splits is 1, 2 or 4 (warps of a block that split K), or "
-                              "0 to choose from the SM count; got ", k_splits, "."));
+                              "0 to choose from K; got ", k_splits, "."));
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor out = torch::empty(out_shape, x.options());
   const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
-  const int splits = k_splits > 0 ? static_cast<int>(k_splits)
-                                  : choose_k_splits(k, 32 * 16 / static_cast<int>(x.element_size()));
+  const int splits =
+      k_splits > 0 ? static_cast<int>(k_splits) : choose_k_splits(k, x.element_size());
   const auto dispatch = [&](auto gated_flag) {
     constexpr bool kGated = decltype(gated_flag)::value;
     switch (x.scalar_type()) {

@@ -10,8 +10,9 @@
                 cache writes nothing; CUDA-graph replays while the position advances), SwiGLU
                 on the stacked gate/up weight (1..8 rows, bias, residual, each split of K);
                 every kernel run twice on NaN-poisoned outputs must give the same bits; bad
-                input raises a sentence. Then each kernel and its PyTorch twin timed at task 6's decode shapes
-                (B 4, hidden 4096, 32 heads, width 16384) as CUDA-graph replays.
+                input raises a sentence. Then each kernel and its PyTorch twin timed at task
+                6's decode shapes (B 4, hidden 4096, 32 heads, width 16384) as CUDA-graph
+                replays.
 """
 
 from __future__ import annotations

@@ -400,7 +400,7 @@ SMALL_LINEAR_CASES = ((1, 64, 5, True, False), (4, 1000, 37, True, True))
 
 def _linear_checks(device, gen, cases) -> list[Check]:
     checks = []
-    # k_splits: 0 lets the kernel choose from the SM count; 1, 2, 4 force each split of K.
+    # k_splits: 0 lets the kernel choose from K; 1, 2, 4 force each split of K.
     for dtype, (rows, k, n, with_bias, with_residual), k_splits in itertools.product(
             (torch.float32, torch.float16, torch.bfloat16), cases, (0, 1, 2, 4)):
         name = (f"decode_linear {str(dtype).split('.')[-1]} rows={rows} K={k} N={n}"
