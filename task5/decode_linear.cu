@@ -55,6 +55,7 @@
 #include <cuda_fp16.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -239,8 +240,11 @@ __device__ __forceinline__ void normalize_rows_into_shared(const T* __restrict__
   }
 }
 
-// x [M, K], w [N, K], bias [N] or null, residual [M, N] or null, out [M, N]; all contiguous,
-// rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
+// One block's rows of the product: the kRowGroups * kOutRows output features of block index
+// `block`, their weights streamed, reduced and written (last_of_block: this block streams no
+// more rows after these).
+// x [M, K] (in shared memory if kXShared), w [N, K], bias [N] or null, residual [M, N] or
+// null, out [M, N]; all contiguous, rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
 // kGated (SwiGLU): w is [2N, K], the gate's N rows then the up projection's N rows (bias
 // [2N] likewise), and out = silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual): a warp streams 2
 // gate rows and the 2 matching up rows, so it loads as many rows per step as the plain
@@ -250,12 +254,12 @@ __device__ __forceinline__ void normalize_rows_into_shared(const T* __restrict__
 // stride along K is a constant: with a run-time stride every unrolled load needed its own
 // address arithmetic, and the bf16 step (the most instructions per byte) lost what the split
 // gained (task6/NOTES.md).
-// kNormed: the product is norm(x) W^T; M * K * sizeof(T) bytes of dynamic shared memory.
-template <typename T, int M, bool kGated, int kSplits, bool kNormed>
-__global__ void __launch_bounds__(kThreads)
-decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                     const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     const InputNorm<T> norm) {
+template <typename T, int M, bool kGated, int kSplits, bool kXShared>
+__device__ __forceinline__ void stream_block_rows(const T* __restrict__ x, const T* __restrict__ w,
+                                                  const T* __restrict__ bias,
+                                                  const T* __restrict__ residual,
+                                                  T* __restrict__ out, int N, int K, int block,
+                                                  bool last_of_block) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -263,7 +267,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   const int row_group = warp / kSplits;      // which rows of the block this warp streams
   const int k_part = warp % kSplits;         // which steps along K
   constexpr int kRowGroups = kWarps / kSplits;
-  const int row0 = (blockIdx.x * kRowGroups + row_group) * kOutRows;
+  const int row0 = (block * kRowGroups + row_group) * kOutRows;
 
   // Weight row r of this warp: output feature row0 + r (for the gated kernel, r >= kOutRows
   // is the up row of feature row0 + r - kOutRows, N rows further). Rows past N (the last
@@ -284,17 +288,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
-  attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
-
-  const T* x_rows = x;  // where the steps read x: global memory, or its normalised copy
-  if constexpr (kNormed) {
-    extern __shared__ uint4 x_norm_storage[];  // 16-byte aligned
-    T* x_norm = reinterpret_cast<T*>(x_norm_storage);
-    normalize_rows_into_shared<T, M>(x, norm, K, x_norm);
-    __syncthreads();
-    x_rows = x_norm;
-  }
-
   float acc[kRowsPerWarp][M];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -306,11 +299,11 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     Pack<T> wp[kRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
-    accumulate_step<T, M, kNormed>(acc, wp, x_rows, K, k);
+    accumulate_step<T, M, kXShared>(acc, wp, x, K, k);
   }
 
-  // The weights are streamed: the next kernel may now be scheduled into this one's tail.
-  attn::let_next_kernel_start();
+  // The block's weights are streamed: the next kernel may now be scheduled into its tail.
+  if (last_of_block) attn::let_next_kernel_start();
 
   // Sum each (row, m) over the 32 lanes.
 #pragma unroll
@@ -342,6 +335,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
         }
       }
     }
+    if (!last_of_block) __syncthreads();  // partial is read before the next rows overwrite it
   }
   if (lane == 0 && k_part == 0) {
 #pragma unroll
@@ -365,6 +359,33 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
+// The kernel. Without a norm, one block per kRowGroups * kOutRows features (the rows of
+// `block` = blockIdx.x). kNormed: norm(x) is M * K * sizeof(T) bytes of dynamic shared memory,
+// computed once per block, so the grid is one wave of resident blocks (the host sizes it),
+// each taking blocks of rows blockIdx.x, + gridDim.x, ... out of blocks_of_rows: with a block
+// per few features, thousands of blocks each normalising x made the step slower than the norm
+// kernel they replaced (task6/NOTES.md).
+template <typename T, int M, bool kGated, int kSplits, bool kNormed>
+__global__ void __launch_bounds__(kThreads)
+decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                     const T* __restrict__ residual, T* __restrict__ out, int N, int K,
+                     const InputNorm<T> norm, int blocks_of_rows) {
+  attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
+  if constexpr (kNormed) {
+    extern __shared__ uint4 x_norm_storage[];  // 16-byte aligned
+    T* x_norm = reinterpret_cast<T*>(x_norm_storage);
+    normalize_rows_into_shared<T, M>(x, norm, K, x_norm);
+    __syncthreads();
+    for (int block = blockIdx.x; block < blocks_of_rows; block += gridDim.x) {
+      stream_block_rows<T, M, kGated, kSplits, true>(x_norm, w, bias, residual, out, N, K, block,
+                                                     block + gridDim.x >= blocks_of_rows);
+    }
+  } else {
+    stream_block_rows<T, M, kGated, kSplits, false>(x, w, bias, residual, out, N, K, blockIdx.x,
+                                                    /*last_of_block=*/true);
+  }
+}
+
 // The kernel for kSplits and kNormed, its dynamic shared memory allowed once per instance.
 template <typename T, int M, bool kGated, int kSplits, bool kNormed>
 auto kernel_instance() {
@@ -377,6 +398,16 @@ auto kernel_instance() {
   return kernel;
 }
 
+// Blocks of `kernel` that fit on the GPU at once (one wave), with shared_bytes each.
+template <typename Kernel>
+int resident_blocks(Kernel kernel, size_t shared_bytes) {
+  int per_sm = 0, device = 0, sms = 0;
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared_bytes));
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return std::max(1, per_sm * sms);
+}
+
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const InputNorm<T>& norm, const torch::Tensor& out, int N, int K, int k_splits,
@@ -386,14 +417,16 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
   const auto launch_split = [&](auto splits) {
     constexpr int kSplits = decltype(splits)::value;
     const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
-    const int blocks = attn::ceil_div(N, features_per_block);
+    const int blocks_of_rows = attn::ceil_div(N, features_per_block);
     const auto kernel = normed ? kernel_instance<T, M, kGated, kSplits, true>()
                                : kernel_instance<T, M, kGated, kSplits, false>();
+    const int grid = normed ? std::min(blocks_of_rows, resident_blocks(kernel, shared_bytes))
+                            : blocks_of_rows;
     attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
-                            kernel, dim3(blocks), dim3(kThreads), shared_bytes, stream,
+                            kernel, dim3(grid), dim3(kThreads), shared_bytes, stream,
                             reinterpret_cast<const T*>(x.data_ptr()),
                             reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                            reinterpret_cast<T*>(out.data_ptr()), N, K, norm);
+                            reinterpret_cast<T*>(out.data_ptr()), N, K, norm, blocks_of_rows);
   };
   switch (k_splits) {
     case 1: launch_split(std::integral_constant<int, 1>{}); break;
