@@ -10,9 +10,7 @@ The reasons: head_dim <= 128 sizes the attention kernels' registers and shared m
 128-wide row per thread group); a multiple of 8 keeps every row 16-byte aligned for fp16/bf16
 vector loads (8 halves) and the tensor-core fragments whole. decode_linear keeps a
 [rows][4] accumulator per lane in registers, one template instance per row count, so it takes
-at most DECODE_LINEAR_MAX_ROWS rows (a decode step's batch); with an input norm it holds the
-normalised rows in shared memory, at most DECODE_LINEAR_MAX_NORMED_BYTES (bf16: 8 rows of 4096
-features; fp32: 4), so that 3 blocks still fit on an SM. The norm kernel holds a row in
+at most DECODE_LINEAR_MAX_ROWS rows (a decode step's batch). The norm kernel holds a row in
 registers, NORM_MAX_PIECES_PER_THREAD 16-byte pieces per thread of a block of at most
 NORM_MAX_THREADS: longer rows fall back to PyTorch.
 """
@@ -22,7 +20,6 @@ from __future__ import annotations
 MAX_HEAD_DIM = 128
 HEAD_DIM_MULTIPLE = 8
 DECODE_LINEAR_MAX_ROWS = 8          # task5/decode_linear.cu (and decode_swiglu)
-DECODE_LINEAR_MAX_NORMED_BYTES = 64 * 1024   # its normalised x in shared memory (rows * K * size)
 NORM_MAX_THREADS = 1024             # task5/norm.cu: one block per row
 NORM_MAX_PIECES_PER_THREAD = 8
 NORM_MAX_PIECES = NORM_MAX_THREADS * NORM_MAX_PIECES_PER_THREAD   # 16-byte pieces of one row
@@ -30,7 +27,6 @@ NORM_MAX_PIECES = NORM_MAX_THREADS * NORM_MAX_PIECES_PER_THREAD   # 16-byte piec
 # The preprocessor names the extensions see, and their values.
 DEFINES = {"ATTN_MAX_HEAD_DIM": MAX_HEAD_DIM, "ATTN_HEAD_DIM_MULTIPLE": HEAD_DIM_MULTIPLE,
            "ATTN_DECODE_LINEAR_MAX_ROWS": DECODE_LINEAR_MAX_ROWS,
-           "ATTN_DECODE_LINEAR_MAX_NORMED_BYTES": DECODE_LINEAR_MAX_NORMED_BYTES,
            "ATTN_NORM_MAX_THREADS": NORM_MAX_THREADS,
            "ATTN_NORM_MAX_PIECES_PER_THREAD": NORM_MAX_PIECES_PER_THREAD}
 

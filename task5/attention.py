@@ -43,7 +43,7 @@ from functools import cache
 import torch
 from torch import nn
 
-from common.limits import DECODE_LINEAR_MAX_NORMED_BYTES, DECODE_LINEAR_MAX_ROWS, check_head_dim
+from common.limits import DECODE_LINEAR_MAX_ROWS, check_head_dim
 
 # Split-KV heuristic (choose_num_splits). A decode block is 4 warps and 5-6 of them fit on an
 # SM; about 2 per SM already keep enough loads in flight to saturate HBM. So: split only until
@@ -293,18 +293,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
 
 def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  residual: torch.Tensor | None = None,
-                  norm: nn.LayerNorm | nn.RMSNorm | None = None) -> torch.Tensor:
-    """norm(x) @ weight.T (+ bias) (+ residual) for the few token rows of a decode step.
+                  residual: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ weight.T (+ bias) (+ residual) for the few token rows of a decode step.
 
     A decode step is bound by reading the weights once; decode_linear.cu streams them at
     memory speed where cuBLAS, at 4 rows, does not (see its header). It takes x [..., K] with at
     most DECODE_LINEAR_MAX_ROWS rows in all, contiguous, K * element size a multiple of 16
     bytes; anything else (a prefill, a CPU tensor, an odd K) goes to torch's F.linear, so the
-    result never depends on which path ran beyond fp32 rounding. `norm`, the LayerNorm or
-    RMSNorm that precedes the product in a pre-norm layer, is computed inside the same kernel
-    (input_norm_args says when it can be). Not part of the course's tasks: the task 6 and
-    task 7 models call it in their decode steps.
+    result never depends on which path ran beyond fp32 rounding. Not part of the course's
+    tasks: the task 6 and task 7 models call it in their decode steps.
     """
     rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
     usable = (x.is_cuda and 1 <= rows <= DECODE_LINEAR_MAX_ROWS and x.is_contiguous()
@@ -314,35 +311,9 @@ def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
               and x.data_ptr() % 16 == 0 and weight.data_ptr() % 16 == 0
               and (residual is None or residual.is_contiguous()))
     if not usable:
-        out = torch.nn.functional.linear(x if norm is None else norm(x), weight, bias)
+        out = torch.nn.functional.linear(x, weight, bias)
         return out if residual is None else out + residual
-    x, norm_args = input_norm_args(x, norm)
-    return _ext().decode_linear(x, weight, bias, residual, 0, *norm_args)
-
-
-def input_norm_args(x: torch.Tensor, norm: nn.LayerNorm | nn.RMSNorm | None):
-    """(x, (norm_weight, norm_bias, eps, rms)) for decode_linear's kernel: the norm's tensors
-    when the kernel can apply it (an affine LayerNorm or RMSNorm over the last dimension in
-    x's dtype, and x small enough to normalise in shared memory, DECODE_LINEAR_MAX_NORMED_BYTES),
-    else (norm(x), no norm): the norm kernel (task5/fused.add_norm) runs first."""
-    if norm is None:
-        return x, (None, None, 1e-5, False)
-    rms = isinstance(norm, nn.RMSNorm)
-    weight, bias = norm.weight, None if rms else norm.bias
-    eps = norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps  # RMSNorm's default
-    fits = (isinstance(norm, (nn.LayerNorm, nn.RMSNorm)) and weight is not None
-            and tuple(norm.normalized_shape) == (x.shape[-1],)
-            and x.numel() * x.element_size() <= DECODE_LINEAR_MAX_NORMED_BYTES
-            and all(t is None or (t.dtype == x.dtype and t.device == x.device and t.is_contiguous()
-                                  and t.data_ptr() % 16 == 0) for t in (weight, bias)))
-    if fits:
-        return x, (weight, bias, float(eps), rms)
-    from task5.fused import add_norm   # the norm kernel (imported here: fused imports this module)
-
-    if isinstance(norm, (nn.LayerNorm, nn.RMSNorm)) and weight is not None \
-            and tuple(norm.normalized_shape) == (x.shape[-1],):
-        return add_norm(x, weight, bias, float(eps), rms=rms), (None, None, 1e-5, False)
-    return norm(x), (None, None, 1e-5, False)
+    return _ext().decode_linear(x, weight, bias, residual)
 
 
 class CustomFlashAttention(nn.Module):

@@ -22,19 +22,14 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
                                std::optional<torch::Tensor> seq_len_tensor, bool causal,
                                int64_t num_splits, std::optional<torch::Tensor> out);
 
-// y = norm(x) @ weight^T (+ bias) (+ residual) for at most 8 rows of x, norm(x) = x unless
-// norm_weight is given (LayerNorm, or RMSNorm with rms) (decode_linear.cu).
+// y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x (decode_linear.cu).
 torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual, int64_t k_splits,
-                            std::optional<torch::Tensor> norm_weight,
-                            std::optional<torch::Tensor> norm_bias, double norm_eps, bool rms);
+                            std::optional<torch::Tensor> residual, int64_t k_splits);
 
 // SwiGLU's gate and up products in one pass over their stacked weights [2 * width, K]:
 // silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width] (decode_linear.cu).
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual, int64_t k_splits,
-                            std::optional<torch::Tensor> norm_weight,
-                            std::optional<torch::Tensor> norm_bias, double norm_eps, bool rms);
+                            std::optional<torch::Tensor> residual, int64_t k_splits);
 // LayerNorm or RMSNorm of x's rows, after the residual add if one is given: {out} or
 // {out, x + residual} (norm.cu).
 std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
@@ -86,15 +81,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_linear", &decode_linear,
         "y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x, streaming the weight",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
-        py::arg("residual") = py::none(), py::arg("k_splits") = 0,
-        py::arg("norm_weight") = py::none(), py::arg("norm_bias") = py::none(),
-        py::arg("norm_eps") = 1e-5, py::arg("rms") = false);
+        py::arg("residual") = py::none(), py::arg("k_splits") = 0);
   m.def("decode_swiglu", &decode_swiglu,
         "silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual) for at most 8 rows of x, weight [2*width, K]",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
-        py::arg("residual") = py::none(), py::arg("k_splits") = 0,
-        py::arg("norm_weight") = py::none(), py::arg("norm_bias") = py::none(),
-        py::arg("norm_eps") = 1e-5, py::arg("rms") = false);
+        py::arg("residual") = py::none(), py::arg("k_splits") = 0);
   m.def("add_norm", &add_norm,
         "LayerNorm (rms=False) or RMSNorm of x's rows, after adding residual if given: [out] or "
         "[out, x + residual]",

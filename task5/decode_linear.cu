@@ -19,15 +19,9 @@
 //   * decode_swiglu, the same kernel with kGated: the MLP's gate and up products in one pass
 //     over their stacked weights, silu(gate) * up in the epilogue (SwiGLU's [M, 2 * width]
 //     intermediate is never written, and two elementwise kernels are gone).
-//   * with an input norm (kNormed: LayerNorm or RMSNorm, the layer's norm before qkv_proj, the
-//     MLP and the lm_head), every block first normalises the M rows of x into shared memory
-//     (fp32 statistics, rounded to the dtype as the norm kernel's output is) and the steps
-//     read x from there: the norm kernel, its launch and its boundary with this one are gone.
-//     Each block repeats the statistics of a few kilobytes that L1 and L2 serve; one barrier,
-//     before the weights stream.
-// Otherwise no shared memory and no barrier: a first version staged x in shared memory chunk
-// by chunk, and its barriers stalled the weight stream (below cuBLAS in bf16 on the H100; the
-// log of that run is results/logs/h100_decode_linear_v1.log).
+// No shared memory and no barrier: a first version staged x in shared memory chunk by chunk,
+// and its barriers stalled the weight stream (below cuBLAS in bf16 on the H100; the log of
+// that run is results/logs/h100_decode_linear_v1.log).
 // Tile shape: 4 warps x 4 rows = 16 output features per block. That alone leaves too few
 // loads in flight where N is small: N = 4096 (o_proj, and the down projection with K = 16384)
 // gives 256 blocks, 8 warps per SM, each warp latency-bound on a long walk along K. So the
@@ -55,7 +49,6 @@
 #include <cuda_fp16.h>
 #include <torch/types.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -74,9 +67,6 @@ constexpr int kUnroll = 4;   // steps along K whose loads are in flight together
 constexpr int kMaxRows = ATTN_DECODE_LINEAR_MAX_ROWS;   // rows of x (M): common/limits.py
 constexpr int kMaxKSplits = kWarps;     // warps of a block that share rows and split K
 constexpr int kMinStepsPerWarp = 2 * kUnroll;  // the automatic k_splits leaves a warp this many
-// Shared memory for a normalised x (M * K elements; common/limits.py): bf16 up to 8 rows of
-// 4096 features, fp32 up to 4. Larger inputs take the norm kernel and then this one (task5/fused.py).
-constexpr int kMaxNormedBytes = ATTN_DECODE_LINEAR_MAX_NORMED_BYTES;
 static_assert(kMaxRows == 8, "launch() below instantiates M = 1..8: change both together");
 
 // 16 bytes of T, converted to fp32.
@@ -127,10 +117,9 @@ using attn::from_float;
 using attn::to_float;
 
 // One step along K for one lane: its kRowsPerWarp pieces of W (already loaded) times the
-// matching pieces of the M rows of x, accumulated in fp32. x is read with ordinary loads
-// (every warp reads all of it, so L1 serves it), or from shared memory (kXShared: the
-// normalised rows).
-template <typename T, int M, bool kXShared>
+// matching pieces of the M rows of x (ordinary loads: every warp reads all of x, so L1 serves
+// it), accumulated in fp32.
+template <typename T, int M>
 __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
                                                 const Pack<T> (&wp)[kRowsPerWarp],
                                                 const T* __restrict__ x, int K, int k) {
@@ -138,8 +127,7 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
   Pack<T> xp[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    const auto* piece = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + k);
-    xp[m].raw = kXShared ? *piece : __ldg(piece);
+    xp[m].raw = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(m) * K + k));
   }
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -155,96 +143,8 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
   }
 }
 
-// The norm applied to x before the product (kNormed): weight [K], bias [K] or null (RMSNorm
-// has none).
-template <typename T>
-struct InputNorm {
-  const T* weight;
-  const T* bias;
-  float eps;
-  bool rms;
-};
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// kNormed's prologue: the M rows of x, normalised, into x_norm [M, K] in shared memory.
-// Warp w takes rows w, w + kWarps, ...: its lanes copy the row into shared memory (16-byte
-// pieces, lane-strided, loads in flight together), sum it there (the mean; RMSNorm: the
-// mean square), sum the squared deviations from the mean (an exact two-pass variance, as
-// norm.cu computes it), and rewrite their own pieces as (h - mean) * rstd * weight + bias,
-// rounded to T. A lane only ever reads back the pieces it wrote, so no barrier is needed
-// until the whole block reads x_norm.
-template <typename T, int M>
-__device__ __forceinline__ void normalize_rows_into_shared(const T* __restrict__ x,
-                                                           const InputNorm<T>& norm, int K,
-                                                           T* __restrict__ x_norm) {
-  constexpr int kVec = Pack<T>::kElems;
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int pieces = K / kVec;
-  const float inv_k = 1.0f / static_cast<float>(K);
-  for (int m = warp; m < M; m += kWarps) {
-    const T* row = x + static_cast<int64_t>(m) * K;
-    T* row_norm = x_norm + static_cast<int64_t>(m) * K;
-#pragma unroll 8
-    for (int p = lane; p < pieces; p += 32) {
-      *reinterpret_cast<uint4*>(row_norm + p * kVec) =
-          __ldg(reinterpret_cast<const uint4*>(row + p * kVec));
-    }
-    // Sums over this lane's pieces, one per element position (kVec independent chains, not
-    // one long one: the prologue is latency on every block's way to its weights).
-    const auto lane_sum = [&](auto term) {
-      float sums[kVec] = {};
-      for (int p = lane; p < pieces; p += 32) {
-        Pack<T> piece;
-        piece.raw = *reinterpret_cast<const uint4*>(row_norm + p * kVec);
-        float h[kVec];
-        piece.to_float(h);
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) sums[e] += term(h[e]);
-      }
-      float total = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) total += sums[e];
-      return warp_sum(total);
-    };
-    float mean = 0.0f, rstd;
-    if (norm.rms) {
-      rstd = rsqrtf(lane_sum([](float h) { return h * h; }) * inv_k + norm.eps);
-    } else {
-      mean = lane_sum([](float h) { return h; }) * inv_k;
-      const float squares = lane_sum([mean](float h) { return (h - mean) * (h - mean); });
-      rstd = rsqrtf(squares * inv_k + norm.eps);
-    }
-#pragma unroll 4
-    for (int p = lane; p < pieces; p += 32) {
-      Pack<T> piece, scale, shift;
-      piece.raw = *reinterpret_cast<const uint4*>(row_norm + p * kVec);
-      scale.raw = __ldg(reinterpret_cast<const uint4*>(norm.weight + p * kVec));
-      shift.raw = norm.bias != nullptr ? __ldg(reinterpret_cast<const uint4*>(norm.bias + p * kVec))
-                                       : uint4{0, 0, 0, 0};   // all bits 0: 0.0 in every dtype
-      float h[kVec], w[kVec], b[kVec];
-      piece.to_float(h);
-      scale.to_float(w);
-      shift.to_float(b);
-      uint4 normed;
-      T* y = reinterpret_cast<T*>(&normed);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) y[e] = from_float<T>((h[e] - mean) * rstd * w[e] + b[e]);
-      *reinterpret_cast<uint4*>(row_norm + p * kVec) = normed;
-    }
-  }
-}
-
-// One block's rows of the product: the kRowGroups * kOutRows output features of block index
-// `block`, their weights streamed, reduced and written (last_of_block: this block streams no
-// more rows after these).
-// x [M, K] (in shared memory if kXShared), w [N, K], bias [N] or null, residual [M, N] or
-// null, out [M, N]; all contiguous, rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
+// x [M, K], w [N, K], bias [N] or null, residual [M, N] or null, out [M, N]; all contiguous,
+// rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
 // kGated (SwiGLU): w is [2N, K], the gate's N rows then the up projection's N rows (bias
 // [2N] likewise), and out = silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual): a warp streams 2
 // gate rows and the 2 matching up rows, so it loads as many rows per step as the plain
@@ -254,12 +154,10 @@ __device__ __forceinline__ void normalize_rows_into_shared(const T* __restrict__
 // stride along K is a constant: with a run-time stride every unrolled load needed its own
 // address arithmetic, and the bf16 step (the most instructions per byte) lost what the split
 // gained (task6/NOTES.md).
-template <typename T, int M, bool kGated, int kSplits, bool kXShared>
-__device__ __forceinline__ void stream_block_rows(const T* __restrict__ x, const T* __restrict__ w,
-                                                  const T* __restrict__ bias,
-                                                  const T* __restrict__ residual,
-                                                  T* __restrict__ out, int N, int K, int block,
-                                                  bool last_of_block) {
+template <typename T, int M, bool kGated, int kSplits>
+__global__ void __launch_bounds__(kThreads)
+decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                     const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -267,7 +165,7 @@ __device__ __forceinline__ void stream_block_rows(const T* __restrict__ x, const
   const int row_group = warp / kSplits;      // which rows of the block this warp streams
   const int k_part = warp % kSplits;         // which steps along K
   constexpr int kRowGroups = kWarps / kSplits;
-  const int row0 = (block * kRowGroups + row_group) * kOutRows;
+  const int row0 = (blockIdx.x * kRowGroups + row_group) * kOutRows;
 
   // Weight row r of this warp: output feature row0 + r (for the gated kernel, r >= kOutRows
   // is the up row of feature row0 + r - kOutRows, N rows further). Rows past N (the last
@@ -288,6 +186,8 @@ __device__ __forceinline__ void stream_block_rows(const T* __restrict__ x, const
   constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
+  attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
+
   float acc[kRowsPerWarp][M];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -299,18 +199,21 @@ __device__ __forceinline__ void stream_block_rows(const T* __restrict__ x, const
     Pack<T> wp[kRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
-    accumulate_step<T, M, kXShared>(acc, wp, x, K, k);
+    accumulate_step<T, M>(acc, wp, x, K, k);
   }
 
-  // The block's weights are streamed: the next kernel may now be scheduled into its tail.
-  if (last_of_block) attn::let_next_kernel_start();
+  // The weights are streamed: the next kernel may now be scheduled into this one's tail.
+  attn::let_next_kernel_start();
 
   // Sum each (row, m) over the 32 lanes.
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      acc[r][m] = warp_sum(acc[r][m]);
+      float v = acc[r][m];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      acc[r][m] = v;
     }
   }
   // Split K: the warps of a row group add their sums into the first one's (k_part 0), in a
@@ -335,7 +238,6 @@ __device__ __forceinline__ void stream_block_rows(const T* __restrict__ x, const
         }
       }
     }
-    if (!last_of_block) __syncthreads();  // partial is read before the next rows overwrite it
   }
   if (lane == 0 && k_part == 0) {
 #pragma unroll
@@ -359,74 +261,18 @@ __device__ __forceinline__ void stream_block_rows(const T* __restrict__ x, const
   }
 }
 
-// The kernel. Without a norm, one block per kRowGroups * kOutRows features (the rows of
-// `block` = blockIdx.x). kNormed: norm(x) is M * K * sizeof(T) bytes of dynamic shared memory,
-// computed once per block, so the grid is one wave of resident blocks (the host sizes it),
-// each taking blocks of rows blockIdx.x, + gridDim.x, ... out of blocks_of_rows: with a block
-// per few features, thousands of blocks each normalising x made the step slower than the norm
-// kernel they replaced (task6/NOTES.md).
-template <typename T, int M, bool kGated, int kSplits, bool kNormed>
-__global__ void __launch_bounds__(kThreads)
-decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                     const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     const InputNorm<T> norm, int blocks_of_rows) {
-  attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
-  if constexpr (kNormed) {
-    extern __shared__ uint4 x_norm_storage[];  // 16-byte aligned
-    T* x_norm = reinterpret_cast<T*>(x_norm_storage);
-    normalize_rows_into_shared<T, M>(x, norm, K, x_norm);
-    __syncthreads();
-    for (int block = blockIdx.x; block < blocks_of_rows; block += gridDim.x) {
-      stream_block_rows<T, M, kGated, kSplits, true>(x_norm, w, bias, residual, out, N, K, block,
-                                                     block + gridDim.x >= blocks_of_rows);
-    }
-  } else {
-    stream_block_rows<T, M, kGated, kSplits, false>(x, w, bias, residual, out, N, K, blockIdx.x,
-                                                    /*last_of_block=*/true);
-  }
-}
-
-// The kernel for kSplits and kNormed, its dynamic shared memory allowed once per instance.
-template <typename T, int M, bool kGated, int kSplits, bool kNormed>
-auto kernel_instance() {
-  const auto kernel = decode_linear_kernel<T, M, kGated, kSplits, kNormed>;
-  if constexpr (kNormed) {
-    static const cudaError_t allowed = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxNormedBytes);
-    C10_CUDA_CHECK(allowed);
-  }
-  return kernel;
-}
-
-// Blocks of `kernel` that fit on the GPU at once (one wave), with shared_bytes each.
-template <typename Kernel>
-int resident_blocks(Kernel kernel, size_t shared_bytes) {
-  int per_sm = 0, device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shared_bytes));
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return std::max(1, per_sm * sms);
-}
-
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
-                 const InputNorm<T>& norm, const torch::Tensor& out, int N, int K, int k_splits,
-                 cudaStream_t stream) {
-  const bool normed = norm.weight != nullptr;
-  const size_t shared_bytes = normed ? static_cast<size_t>(M) * K * sizeof(T) : 0;
+                 const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
   const auto launch_split = [&](auto splits) {
     constexpr int kSplits = decltype(splits)::value;
     const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
-    const int blocks_of_rows = attn::ceil_div(N, features_per_block);
-    const auto kernel = normed ? kernel_instance<T, M, kGated, kSplits, true>()
-                               : kernel_instance<T, M, kGated, kSplits, false>();
-    const int grid = normed ? std::min(blocks_of_rows, resident_blocks(kernel, shared_bytes))
-                            : blocks_of_rows;
+    const int blocks = attn::ceil_div(N, features_per_block);
     attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
-                            kernel, dim3(grid), dim3(kThreads), shared_bytes, stream,
-                            reinterpret_cast<const T*>(x.data_ptr()),
+                            decode_linear_kernel<T, M, kGated, kSplits>, dim3(blocks),
+                            dim3(kThreads), stream, reinterpret_cast<const T*>(x.data_ptr()),
                             reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                            reinterpret_cast<T*>(out.data_ptr()), N, K, norm, blocks_of_rows);
+                            reinterpret_cast<T*>(out.data_ptr()), N, K);
   };
   switch (k_splits) {
     case 1: launch_split(std::integral_constant<int, 1>{}); break;
@@ -437,24 +283,20 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
 
 template <typename T, bool kGated>
 void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
-            const std::optional<torch::Tensor>& residual, const std::optional<torch::Tensor>& norm_weight,
-            const std::optional<torch::Tensor>& norm_bias, float eps, bool rms,
-            const torch::Tensor& out, int rows, int N, int K, int k_splits) {
+            const std::optional<torch::Tensor>& residual, const torch::Tensor& out, int rows, int N,
+            int K, int k_splits) {
   const T* b = bias.has_value() ? reinterpret_cast<const T*>(bias->data_ptr()) : nullptr;
   const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
-  const InputNorm<T> norm{
-      norm_weight.has_value() ? reinterpret_cast<const T*>(norm_weight->data_ptr()) : nullptr,
-      norm_bias.has_value() ? reinterpret_cast<const T*>(norm_bias->data_ptr()) : nullptr, eps, rms};
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   switch (rows) {
-    case 1: launch_rows<T, 1, kGated>(x, w, b, res, norm, out, N, K, k_splits, stream); break;
-    case 2: launch_rows<T, 2, kGated>(x, w, b, res, norm, out, N, K, k_splits, stream); break;
-    case 3: launch_rows<T, 3, kGated>(x, w, b, res, norm, out, N, K, k_splits, stream); break;
-    case 4: launch_rows<T, 4, kGated>(x, w, b, res, norm, out, N, K, k_splits, stream); break;
-    case 5: launch_rows<T, 5, kGated>(x, w, b, res, norm, out, N, K, k_splits, stream); break;
-    case 6: launch_rows<T, 6, kGated>(x, w, b, res, norm, out, N, K, k_splits, stream); break;
-    case 7: launch_rows<T, 7, kGated>(x, w, b, res, norm, out, N, K, k_splits, stream); break;
-    default: launch_rows<T, 8, kGated>(x, w, b, res, norm, out, N, K, k_splits, stream); break;
+    case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    default: launch_rows<T, 8, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
   }
 }
 
@@ -480,40 +322,10 @@ int choose_k_splits(int K, int64_t element_size) {
 
 using attn::aligned16;
 
-// The input norm's checks: weight (and bias) [K] like x, LayerNorm's bias only, and room for
-// the normalised rows in shared memory.
-void check_input_norm(const torch::Tensor& x, int64_t rows, int64_t K,
-                      const std::optional<torch::Tensor>& norm_weight,
-                      const std::optional<torch::Tensor>& norm_bias, double eps, bool rms,
-                      const char* entry) {
-  if (!norm_weight.has_value()) {
-    TORCH_CHECK_VALUE(!norm_bias.has_value(), attn::str(entry, ": a norm_bias needs a norm_weight."));
-    return;
-  }
-  TORCH_CHECK_VALUE(!(rms && norm_bias.has_value()), "RMSNorm has no bias (pass norm_bias=None).");
-  TORCH_CHECK_VALUE(eps >= 0.0, attn::str("norm_eps must be >= 0 but is ", eps, "."));
-  for (const auto& [t, name] : {std::pair{norm_weight, "norm_weight"}, std::pair{norm_bias, "norm_bias"}}) {
-    if (!t.has_value()) continue;
-    attn::check_same(*t, name, x, "x");
-    attn::check_contiguous(*t, name);
-    TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == K && aligned16(*t),
-                      attn::str(name, " must be [", K, "] (one per feature of x), 16-byte aligned, "
-                                "but is ", t->sizes(), "."));
-  }
-  const int64_t bytes = rows * K * x.element_size();
-  TORCH_CHECK_VALUE(bytes <= kMaxNormedBytes,
-                    attn::str(entry, " normalises x in shared memory, at most ", kMaxNormedBytes,
-                              " bytes, but x has ", bytes, " (", rows, " rows of ", K,
-                              "): normalise it first (add_norm) and pass no norm."));
-}
-
 // The two entries' shared checks and launch: `gated` halves the output features.
 torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
                   const std::optional<torch::Tensor>& bias,
-                  const std::optional<torch::Tensor>& residual, int64_t k_splits,
-                  const std::optional<torch::Tensor>& norm_weight,
-                  const std::optional<torch::Tensor>& norm_bias, double norm_eps, bool rms,
-                  bool gated) {
+                  const std::optional<torch::Tensor>& residual, int64_t k_splits, bool gated) {
   const char* entry = gated ? "decode_swiglu" : "decode_linear";
   attn::check_cuda_tensor(x, "x");
   attn::check_dtype(x, "x", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
@@ -559,7 +371,6 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
   TORCH_CHECK_VALUE(k_splits == 0 || k_splits == 1 || k_splits == 2 || k_splits == 4,
                     attn::str(entry, ": k_splits is 1, 2 or 4 (warps of a block that split K), or "
                               "0 to choose from K; got ", k_splits, "."));
-  check_input_norm(x, rows, K, norm_weight, norm_bias, norm_eps, rms, entry);
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor out = torch::empty(out_shape, x.options());
   const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
@@ -567,15 +378,10 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
       k_splits > 0 ? static_cast<int>(k_splits) : choose_k_splits(k, x.element_size());
   const auto dispatch = [&](auto gated_flag) {
     constexpr bool kGated = decltype(gated_flag)::value;
-    const auto go = [&](auto element) {
-      using T = decltype(element);
-      launch<T, kGated>(x, weight, bias, residual, norm_weight, norm_bias,
-                        static_cast<float>(norm_eps), rms, out, m, n, k, splits);
-    };
     switch (x.scalar_type()) {
-      case torch::kFloat32: go(float{}); break;
-      case torch::kFloat16: go(__half{}); break;
-      default: go(__nv_bfloat16{}); break;
+      case torch::kFloat32: launch<float, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+      case torch::kFloat16: launch<__half, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+      default: launch<__nv_bfloat16, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
     }
   };
   if (gated) {
@@ -590,23 +396,15 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
 
 // x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
 // residual [..., N] like the output; k_splits: 1, 2 or 4 warps per row along K, 0 to choose.
-// With norm_weight [K] (and, for LayerNorm, norm_bias [K]): the product of norm(x), LayerNorm
-// or RMSNorm (rms) with norm_eps. Returns [..., N] in x's dtype.
+// Returns [..., N] in x's dtype.
 torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual, int64_t k_splits,
-                            std::optional<torch::Tensor> norm_weight,
-                            std::optional<torch::Tensor> norm_bias, double norm_eps, bool rms) {
-  return run(x, weight, bias, residual, k_splits, norm_weight, norm_bias, norm_eps, rms,
-             /*gated=*/false);
+                            std::optional<torch::Tensor> residual, int64_t k_splits) {
+  return run(x, weight, bias, residual, k_splits, /*gated=*/false);
 }
 
 // SwiGLU's first half in one pass: weight [2 * width, K] holds the gate rows then the up rows
-// (bias [2 * width] likewise); returns silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width],
-// of norm(x) when a norm is given (as decode_linear).
+// (bias [2 * width] likewise); returns silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width].
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual, int64_t k_splits,
-                            std::optional<torch::Tensor> norm_weight,
-                            std::optional<torch::Tensor> norm_bias, double norm_eps, bool rms) {
-  return run(x, weight, bias, residual, k_splits, norm_weight, norm_bias, norm_eps, rms,
-             /*gated=*/true);
+                            std::optional<torch::Tensor> residual, int64_t k_splits) {
+  return run(x, weight, bias, residual, k_splits, /*gated=*/true);
 }

@@ -107,15 +107,15 @@ inline bool overlapped_launches_enabled() {
   return major[device] >= 9;
 }
 
-// kernel<<<grid, block, shared_bytes, stream>>>(args...), overlapped where it can be; raises
-// with the kernel's name if the launch fails (as check_launch does).
+// kernel<<<grid, block, 0, stream>>>(args...), overlapped where it can be; raises with the
+// kernel's name if the launch fails (as check_launch does).
 template <typename... Params, typename... Args>
 void launch_overlapped(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
-                       size_t shared_bytes, cudaStream_t stream, Args... args) {
+                       cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = shared_bytes;
+  config.dynamicSmemBytes = 0;
   config.stream = stream;
   cudaLaunchAttribute overlap[1];
   overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -14,13 +14,9 @@ task5/ops.py that the tests compare them with:
         tables [max_len, D] of task6/rope.py), rotated k and v written into the caches
         [B, max_len, Hkv * D]; returns the rotated q [B, S, Hq, D]. current_pos as in
         update_kv_cache: an int, or a CUDA int32 tensor read on the device (CUDA graphs).
-    decode_swiglu(x, weight, bias=None, residual=None, norm=None)           task5/decode_linear.cu
+    decode_swiglu(x, weight, bias=None, residual=None)                      task5/decode_linear.cu
         silu(x Wg^T) * (x Wu^T) for weight = [Wg; Wu] stacked [2 * width, K], in one pass
         that streams both weights (at most 8 rows of x, like decode_linear).
-
-decode_linear and decode_swiglu take `norm`, the nn.LayerNorm or nn.RMSNorm before the
-product in a pre-norm layer: each block of the product normalises x itself, so the norm
-kernel and its launch are gone (add_norm runs first where x is too large for that).
 
 Inputs a kernel does not take (a CPU tensor, more rows than a decode step, an odd size) go
 to the PyTorch twin, so a caller never has to check; bad input (wrong shapes, dtypes, a
@@ -33,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from common.limits import DECODE_LINEAR_MAX_ROWS, NORM_MAX_PIECES
-from task5.attention import _ext, _int_or_tensor, input_norm_args
+from task5.attention import _ext, _int_or_tensor
 
 HALF_AND_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -77,23 +73,20 @@ def rope_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torc
 
 
 def decode_swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  residual: torch.Tensor | None = None, norm=None) -> torch.Tensor:
-    """silu(gate) * up with [gate, up] = norm(x) @ weight.T (+ bias), weight [2 * width, K]
-    (+ residual); norm: the LayerNorm or RMSNorm before the MLP, applied in the same kernel
-    (as decode_linear)."""
+                  residual: torch.Tensor | None = None) -> torch.Tensor:
+    """silu(gate) * up with [gate, up] = x @ weight.T (+ bias), weight [2 * width, K] (+ residual)."""
     rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
     usable = (x.is_cuda and 1 <= rows <= DECODE_LINEAR_MAX_ROWS and x.dtype in HALF_AND_FLOAT
               and x.dtype == weight.dtype and weight.dim() == 2 and weight.shape[0] % 2 == 0
               and (x.shape[-1] * x.element_size()) % 16 == 0 and _aligned(x, weight)
               and (residual is None or residual.is_contiguous()))
     if not usable:
-        return torch_swiglu(x, weight, bias, residual, norm)
-    x, norm_args = input_norm_args(x, norm)
-    return _ext().decode_swiglu(x, weight, bias, residual, 0, *norm_args)
+        return torch_swiglu(x, weight, bias, residual)
+    return _ext().decode_swiglu(x, weight, bias, residual)
 
 
-def torch_swiglu(x, weight, bias=None, residual=None, norm=None):
+def torch_swiglu(x, weight, bias=None, residual=None):
     """The PyTorch twin of decode_swiglu."""
-    gate, up = F.linear(x if norm is None else norm(x), weight, bias).chunk(2, dim=-1)
+    gate, up = F.linear(x, weight, bias).chunk(2, dim=-1)
     out = F.silu(gate) * up
     return out if residual is None else out + residual

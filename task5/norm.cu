@@ -194,7 +194,7 @@ void launch(const torch::Tensor& x, const std::optional<torch::Tensor>& residual
   T* res_out_ptr = data_or_null<T>(residual_out);
   const dim3 grid(static_cast<unsigned>(rows));
   attn::launch_overlapped("norm_kernel", rms ? norm_kernel<T, true> : norm_kernel<T, false>, grid,
-                          dim3(threads), 0, stream, x_ptr, res_ptr, w_ptr, bias_ptr, out_ptr,
+                          dim3(threads), stream, x_ptr, res_ptr, w_ptr, bias_ptr, out_ptr,
                           res_out_ptr, hidden, eps);
 }
 

@@ -14,9 +14,8 @@ function (task7/hf_attention.py):
         one query per sequence against cache positions [0, seq_len).
     decode_attention_bhsd(q, k, v, seq_len) -> [B, H, 1, D]         (task 5)
         the same on [B, H, S_max, D] views (Hugging Face's cache layout).
-    decode_linear(x, weight, bias=None, residual=None, norm=None) -> norm(x) @ weight.T (+ bias) (+ residual)
-        the few-row products of a decode step (task 5's decode_linear.cu; not graded); norm
-        is the layer's nn.LayerNorm or nn.RMSNorm before the product, or None.
+    decode_linear(x, weight, bias=None, residual=None) -> x @ weight.T (+ bias) (+ residual)
+        the few-row products of a decode step (task 5's decode_linear.cu; not graded).
 
 and the fused kernels of a decode step (task5/fused.py, not graded):
 
@@ -25,8 +24,8 @@ and the fused kernels of a decode step (task5/fused.py, not graded):
     rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos) -> q rotated [B, S, Hq, D]
         RoPE on q [B, S, Hq, D] and k [B, S, Hkv, D] at positions current_pos + s (fp32
         tables [max_len, D]), and the rotated k and v written into the caches.
-    decode_swiglu(x, weight, bias=None, residual=None, norm=None) -> silu(gate) * up (+ residual)
-        [gate, up] = norm(x) @ weight.T (+ bias), weight the stacked [2 * width, K].
+    decode_swiglu(x, weight, bias=None, residual=None) -> silu(gate) * up (+ residual)
+        [gate, up] = x @ weight.T (+ bias), weight the stacked [2 * width, K].
 
 Grouped-query attention: the caches may hold fewer heads than q (hidden_kv = H_kv * D, with
 H_q a multiple of H_kv); decode_attention and flash_attention then give query head h the KV
@@ -179,8 +178,8 @@ def _torch_decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal=Fals
     return _finish(o.transpose(1, 2).reshape(q.shape), out)
 
 
-def _torch_decode_linear(x, weight, bias=None, residual=None, norm=None):
-    out = F.linear(x if norm is None else norm(x), weight, bias)
+def _torch_decode_linear(x, weight, bias=None, residual=None):
+    out = F.linear(x, weight, bias)
     return out if residual is None else out + residual
 
 

@@ -217,6 +217,6 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   const auto kernel = q.scalar_type() == torch::kFloat32   ? rope_append_kernel<float>
                       : q.scalar_type() == torch::kFloat16 ? rope_append_kernel<__half>
                                                            : rope_append_kernel<__nv_bfloat16>;
-  attn::launch_overlapped("rope_append_kernel", kernel, grid, dim3(kThreads), 0, stream, p);
+  attn::launch_overlapped("rope_append_kernel", kernel, grid, dim3(kThreads), stream, p);
   return q_out;
 }

@@ -26,11 +26,10 @@ heads interleaved in hidden, as task 5 lays it out), allocated once per generati
 in place, never re-allocated. RoPE is applied before the write, so it holds rotated keys.
 
 Fused decode (fused_decode=True, the default, on our kernels): a decode step's small kernels
-are merged (task5/fused.py): each norm runs inside the product that follows it (qkv_proj,
-the MLP's gate and up, the lm_head normalise their input as they load it), RoPE on q and k and
-the cache write of k and v on one kernel (reading the position on the device), and the MLP's
-gate and up products with silu(gate) * up on one pass of the streamed weights. Same math;
-fewer launches, each of which costs a few microseconds even inside a CUDA graph. fused_decode=False runs the
+are merged (task5/fused.py): the norms run on one kernel each, RoPE on q and k and the cache
+write of k and v on one (reading the position on the device), and the MLP's gate and up
+products with silu(gate) * up on one pass of the streamed weights. Same math; fewer launches,
+each of which costs a few microseconds even inside a CUDA graph. fused_decode=False runs the
 course's path (attend_custom below, task 6's apply_rope), which the tests check as well.
 
 attention="torch" runs the same model on plain PyTorch (F.scaled_dot_product_attention and
@@ -79,21 +78,22 @@ class StepInfo:
 
 
 def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
-           residual: torch.Tensor | None = None,
-           norm: nn.LayerNorm | nn.RMSNorm | None = None) -> torch.Tensor:
-    """layer(norm(x)) (+ residual); norm, the pre-norm layer's LayerNorm or RMSNorm, or None.
-    A decode step on our kernels reads every weight once for 4 token rows, so it is bound by
-    memory; there task 5's decode_linear streams the weight at the bandwidth (cuBLAS does not
-    at 4 rows) and adds the bias and the residual in the same pass. On the fused decode path
-    it applies the norm too, so the norm costs no kernel of its own."""
-    if step.fused:
-        return kernels().decode_linear(x, layer.weight, layer.bias, residual, norm=norm)
-    if norm is not None:
-        x = norm(x)
+           residual: torch.Tensor | None = None) -> torch.Tensor:
+    """layer(x) (+ residual). A decode step on our kernels reads every weight once for 4 token
+    rows, so it is bound by memory; there task 5's decode_linear streams the weight at the
+    bandwidth (cuBLAS does not at 4 rows) and adds the bias and the residual in the same pass."""
     if step.backend == "custom" and step.decode:
         return kernels().decode_linear(x, layer.weight, layer.bias, residual)
     out = layer(x)
     return out if residual is None else out + residual
+
+
+def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor, step: StepInfo) -> torch.Tensor:
+    """layer(x): on the fused decode path, task 5's norm kernel (one read of x, fp32 sums)."""
+    if step.fused:
+        rms = isinstance(layer, nn.RMSNorm)
+        return kernels().add_norm(x, layer.weight, None if rms else layer.bias, layer.eps, rms=rms)
+    return layer(x)
 
 
 def make_norm(hidden_dim: int, style: str) -> nn.Module:
@@ -114,12 +114,11 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(hidden_dim, hidden_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                step: StepInfo, norm: nn.Module) -> torch.Tensor:
-        """x + o_proj(attention(norm(x)))."""
+                step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
+        """residual + o_proj(attention(x))."""
         batch, seq, _ = x.shape
         heads, kv_heads = self.num_heads, self.num_kv_heads
-        qkv = linear(self.qkv_proj, x, step, norm=norm)
-        qkv = qkv.view(batch, seq, heads + 2 * kv_heads, self.head_dim)
+        qkv = linear(self.qkv_proj, x, step).view(batch, seq, heads + 2 * kv_heads, self.head_dim)
         if step.fused:
             # One kernel rotates q and k and writes k and v into the cache; then the decode.
             ops = kernels()
@@ -128,14 +127,14 @@ class Attention(nn.Module):
                                 step.rope.sin, step.current_pos)
             out = ops.decode_attention(q.view(batch, 1, heads * self.head_dim), k_cache, v_cache,
                                        heads, step.seq_len)
-            return linear(self.o_proj, out, step, residual=x)
+            return linear(self.o_proj, out, step, residual)
         # RoPE on the q and k heads together (one rotation, 3 kernels, for both); k is rotated
         # before it is cached. q, k, v are views [B, S, heads, head_dim] whose rows are 2 or 3
         # hidden apart: every kernel below takes strides, as long as the last dim is contiguous.
         qk = apply_rope(qkv[:, :, :heads + kv_heads], step.cos, step.sin)
         q, k, v = qk[:, :, :heads], qk[:, :, heads:], qkv[:, :, heads + kv_heads:]
         attend = self.attend_custom if step.backend == "custom" else self.attend_torch
-        return linear(self.o_proj, attend(q, k, v, k_cache, v_cache, step), step, residual=x)
+        return linear(self.o_proj, attend(q, k, v, k_cache, v_cache, step), step, residual)
 
     def attend_custom(self, q, k, v, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
         """Write k, v into the cache and attend, on task 4's and task 5's kernels.
@@ -201,15 +200,14 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_dim, 2 * self.width, bias=False)
         self.down_proj = nn.Linear(self.width, hidden_dim, bias=False)
 
-    def forward(self, x: torch.Tensor, step: StepInfo, norm: nn.Module) -> torch.Tensor:
-        """x + down(silu(gate(h)) * up(h)), h = norm(x)."""
-        if step.fused:   # norm, gate, up and silu(gate) * up in one pass over the stacked weights
-            hidden = kernels().decode_swiglu(x, self.gate_up_proj.weight, self.gate_up_proj.bias,
-                                             norm=norm)
+    def forward(self, x: torch.Tensor, step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
+        """residual + down(silu(gate(x)) * up(x))."""
+        if step.fused:   # gate, up and silu(gate) * up in one pass over the stacked weights
+            hidden = kernels().decode_swiglu(x, self.gate_up_proj.weight, self.gate_up_proj.bias)
         else:
-            gate, up = linear(self.gate_up_proj, x, step, norm=norm).chunk(2, dim=-1)
+            gate, up = linear(self.gate_up_proj, x, step).chunk(2, dim=-1)
             hidden = F.silu(gate) * up
-        return linear(self.down_proj, hidden, step, residual=x)
+        return linear(self.down_proj, hidden, step, residual)
 
 
 class DecoderLayer(nn.Module):
@@ -221,8 +219,8 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(hidden_dim)
 
     def forward(self, x, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
-        x = self.attn(x, k_cache, v_cache, step, norm=self.ln1)  # x + attn(ln1(x))
-        return self.mlp(x, step, norm=self.ln2)                  # x + mlp(ln2(x))
+        x = self.attn(norm(self.ln1, x, step), k_cache, v_cache, step, residual=x)  # x + attn(ln1(x))
+        return self.mlp(norm(self.ln2, x, step), step, residual=x)                 # x + mlp(ln2(x))
 
 
 class customModel(nn.Module):
@@ -381,9 +379,10 @@ class customModel(nn.Module):
         x = self.embed(tokens)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             x = layer(x, k_cache, v_cache, step)
-        if last_logits_only:   # (the norm is per token: the others' would be thrown away)
+        x = norm(self.ln_f, x, step)
+        if last_logits_only:
             x = x[:, -1:]
-        return linear(self.lm_head, x, step, norm=self.ln_f), kv_cache
+        return linear(self.lm_head, x, step), kv_cache
 
     # --- input checks: a clear Python error instead of a kernel fault --------------------------
 

@@ -22,7 +22,6 @@ def test_every_build_gets_the_defines():
     flags = [f"-DATTN_MAX_HEAD_DIM={limits.MAX_HEAD_DIM}",
              f"-DATTN_HEAD_DIM_MULTIPLE={limits.HEAD_DIM_MULTIPLE}",
              f"-DATTN_DECODE_LINEAR_MAX_ROWS={limits.DECODE_LINEAR_MAX_ROWS}",
-             f"-DATTN_DECODE_LINEAR_MAX_NORMED_BYTES={limits.DECODE_LINEAR_MAX_NORMED_BYTES}",
              f"-DATTN_NORM_MAX_THREADS={limits.NORM_MAX_THREADS}",
              f"-DATTN_NORM_MAX_PIECES_PER_THREAD={limits.NORM_MAX_PIECES_PER_THREAD}"]
     assert limits.define_flags() == flags

@@ -112,7 +112,7 @@ inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) 
 // common.build as -D defines (the Python side imports the same module).
 #if !defined(ATTN_MAX_HEAD_DIM) || !defined(ATTN_HEAD_DIM_MULTIPLE) || \
     !defined(ATTN_DECODE_LINEAR_MAX_ROWS) || !defined(ATTN_NORM_MAX_THREADS) || \
-    !defined(ATTN_NORM_MAX_PIECES_PER_THREAD) || !defined(ATTN_DECODE_LINEAR_MAX_NORMED_BYTES)
+    !defined(ATTN_NORM_MAX_PIECES_PER_THREAD)
 #error "The kernels' limits (ATTN_MAX_HEAD_DIM, ...) are undefined: build through common.build (python -m taskN.compile), which passes common/limits.py's values"
 #endif
 constexpr int kMaxHeadDim = ATTN_MAX_HEAD_DIM;
