@@ -20,6 +20,7 @@ def course_metric(dtype: str, field: str, config: str = "") -> str:
 TBT_OVER_BYTES = "tbt_over_bytes_roofline"   # TBT / the time to read the weights and the KV cache
 UNFUSED_TBT_MS = "unfused.tbt_ms"            # TBT on the course's decode path (fused_decode=False)
 TTFT_SPEEDUP_VS_TORCH = "speedup_vs_torch_path.ttft"
+TTFT_ROUNDS = 5   # TTFT: the median of this many interleaved prefills per backend (task6/test.py)
 
 # One decode step's GPU time by kind of kernel (torch.profiler, fused decode, eager steps):
 # (metric id, what it covers). task6/test.py's PROFILE_KINDS says which kernels go where.
@@ -40,7 +41,9 @@ def profile_metric(dtype: str, kind: str, field: str) -> str:
 SECTION = Section(
     "Task 6: dummy LLM (B 4, prompt 1024, hidden 4096, 32 heads, 24 layers, vocab 8192, "
     "100 greedy tokens)",
-    intro=("TBT is a whole decode step replayed as one CUDA graph. In the per-kernel table "
+    intro=("TBT is a whole decode step replayed as one CUDA graph. TTFT is one prefill of the "
+           f"prompt, the median of {TTFT_ROUNDS} rounds that alternate ours and the PyTorch path. "
+           "In the per-kernel table "
            "(torch.profiler, eager steps) the fused decode kernels are launched overlapped "
            "(task5/device_values.cuh: each may start while the one before it finishes), so "
            "their times overlap and add up to more than the step takes.",),

@@ -39,7 +39,7 @@ from common.harness import fresh_generator, pick_device, task_main
 from common.timing import attention_flops, measure_copy_bandwidth, measure_matmul_tflops
 from task6.generate import generate
 from task6.manifest import (PROFILE_KINDS, TBT_MS, TBT_OVER_BYTES, TBT_OVER_ROOFLINE, TTFT_MS,
-                            UNFUSED_TBT_MS, course_metric, profile_metric)
+                            TTFT_ROUNDS, UNFUSED_TBT_MS, course_metric, profile_metric)
 from task6.model import customModel
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -533,7 +533,7 @@ def format_profile(dtype: str, profile: dict) -> str:
 
 @torch.no_grad()
 def prefill_medians_ms(model: customModel, prompt: torch.Tensor, backends=("custom", "torch"),
-                       rounds: int = 5) -> dict[str, float]:
+                       rounds: int = TTFT_ROUNDS) -> dict[str, float]:
     """TTFT of each attention backend: one prefill of `prompt` (as generate() runs it), timed
     with CUDA events, the median of `rounds` interleaved rounds. A single prefill per backend,
     one after the other, measured the GPU's clock drift as much as the backends (the bf16
