@@ -38,7 +38,9 @@
 // Launched overlapped (device_values.cuh): on Hopper the next kernel is launched once every
 // warp here has streamed its weights, so its blocks are resident when this one's tail ends.
 // (Prefetching the next kernel's first weights into L2 before its wait was tried: ptxas then
-// scheduled the bf16 main loop with fewer loads in flight, and the step got slower.)
+// scheduled the bf16 main loop with fewer loads in flight, and the step got slower. A bulk
+// prefetch of each row's first round, which holds no registers, gained nothing either;
+// task6/NOTES.md.)
 //
 // Measured speed (GB/s of weights read, against cuBLAS; task 6's TBT against its roofline):
 // Results.md, rendered from results/<gpu>.json.
@@ -116,14 +118,6 @@ __device__ __forceinline__ uint4 load_streaming(const void* ptr) {
 using attn::from_float;
 using attn::to_float;
 
-// Bring `bytes` (a multiple of 16) at ptr (16-byte aligned) into L2, without registers: one
-// bulk-copy engine request (Hopper; a no-op before it).
-__device__ __forceinline__ void prefetch_to_l2(const void* ptr, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(bytes) : "memory");
-#endif
-}
-
 // One step along K for one lane: its kRowsPerWarp pieces of W (already loaded) times the
 // matching pieces of the M rows of x (ordinary loads: every warp reads all of x, so L1 serves
 // it), accumulated in fp32.
@@ -165,8 +159,7 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
 template <typename T, int M, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                     const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     bool prefetch_first_round) {
+                     const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -195,17 +188,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
-  // The weights do not depend on the kernel before: while it finishes, ask L2 for the first
-  // round of this row group's rows (the bytes its warps load first), one bulk prefetch per row
-  // from one lane, so the stream starts from L2 when the wait ends.
-  if (prefetch_first_round && k_part == 0) {
-    const int first_round_bytes =
-        min(K * static_cast<int>(sizeof(T)), kUnroll * kSplits * 32 * 16);
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      if (lane == r) prefetch_to_l2(w_rows[r], first_round_bytes);
-    }
-  }
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
 
   float acc[kRowsPerWarp][M];
@@ -281,15 +263,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
-// ATTN_DECODE_LINEAR_PREFETCH=0 switches the first round's L2 prefetch off (to measure it).
-bool prefetch_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("ATTN_DECODE_LINEAR_PREFETCH");
-    return env == nullptr || env[0] != '0';
-  }();
-  return enabled;
-}
-
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
@@ -301,7 +274,7 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
                             decode_linear_kernel<T, M, kGated, kSplits>, dim3(blocks),
                             dim3(kThreads), stream, reinterpret_cast<const T*>(x.data_ptr()),
                             reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                            reinterpret_cast<T*>(out.data_ptr()), N, K, prefetch_enabled());
+                            reinterpret_cast<T*>(out.data_ptr()), N, K);
   };
   switch (k_splits) {
     case 1: launch_split(std::integral_constant<int, 1>{}); break;
