@@ -24,6 +24,7 @@ import torch
 from common.checks import Check, check_raises
 from common.graphs import graph_time_per_call_ms
 from common.harness import gpu_group
+from common.limits import DECODE_LINEAR_K_SPLITS
 from task5 import fused
 from task5.ops import torch_ops
 
@@ -219,7 +220,7 @@ def _swiglu_checks(small: bool, device, gen) -> list[Check]:
         (4, 4096, 16384, False, False), (1, 512, 100, True, False), (8, 1024, 256, False, True),
         (3, 128, 8, True, True)]
     # k_splits: the kernel's automatic split of K (0), and each forced split on the full run.
-    for dtype, k_splits in itertools.product(DTYPES.values(), (0,) if small else (0, 1, 2, 4)):
+    for dtype, k_splits in itertools.product(DTYPES.values(), (0,) if small else (0, *DECODE_LINEAR_K_SPLITS)):
         for rows, k, width, bias, residual in cases:
             def rand(*shape, scale=1.0):
                 return (torch.randn(*shape, device=device, generator=gen) * scale).to(dtype)

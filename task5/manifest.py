@@ -1,5 +1,6 @@
 """Task 5's points, graded groups, metric names and Results.md sections (see common/manifest.py)."""
 
+from common.limits import DECODE_LINEAR_K_SPLITS
 from common.manifest import Metric, Part, Row, Section, Table, TaskManifest
 
 TTFT_SPEEDUP = "task5.speedup.ttft"   # prefill (task 4 kernel) vs nn.MultiheadAttention
@@ -96,7 +97,7 @@ def _product_row(dtype: str, name: str, rows: int, k: int, n: int, gated: bool) 
     return Row((f"{name} [{rows} x {k}] x [{2 * n if gated else n} x {k}]^T", dtype,
                 Metric(f"{p}.ms", "{:.4f}"), Metric(f"{p}.gbps", "{:.0f}"),
                 Metric(f"{p}.bw_fraction"),
-                *(Metric(f"{p}.k_splits{s}.gbps", "{:.0f}") for s in (1, 2, 4)),
+                *(Metric(f"{p}.k_splits{s}.gbps", "{:.0f}") for s in DECODE_LINEAR_K_SPLITS),
                 Metric(f"{p}.cublas_gbps", "{:.0f}")), when=f"{p}.bw_fraction")
 
 
@@ -107,8 +108,8 @@ DECODE_PRODUCTS_SECTION = Section(
            "same run (", Metric(COPY_GBPS, "{:.0f}"), " GB/s). Ours uses the automatic split of K; "
            "the k_splits columns force each split. cuBLAS: F.linear (for SwiGLU, then "
            "silu(gate) * up)."),
-    blocks=(Table(("product", "dtype", "ms", "GB/s", "bw fraction", "k_splits 1", "k_splits 2",
-                   "k_splits 4", "cuBLAS GB/s"),
+    blocks=(Table(("product", "dtype", "ms", "GB/s", "bw fraction",
+                   *(f"k_splits {s}" for s in DECODE_LINEAR_K_SPLITS), "cuBLAS GB/s"),
                   tuple(_product_row(dtype, *product) for product in DECODE_PRODUCTS
                         for dtype in ("fp32", "bf16"))),),
     sources=("task5.decode_linear", "task5.decode_swiglu"), where="beyond")

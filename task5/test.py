@@ -42,6 +42,7 @@ from common.checks import (
     relative_error,
 )
 from common.harness import fresh_generator, pick_device, task_main
+from common.limits import DECODE_LINEAR_K_SPLITS
 from common.mha import (
     make_mha,
     merge_heads,
@@ -402,7 +403,7 @@ def _linear_checks(device, gen, cases) -> list[Check]:
     checks = []
     # k_splits: 0 lets the kernel choose from K; 1, 2, 4 force each split of K.
     for dtype, (rows, k, n, with_bias, with_residual), k_splits in itertools.product(
-            (torch.float32, torch.float16, torch.bfloat16), cases, (0, 1, 2, 4)):
+            (torch.float32, torch.float16, torch.bfloat16), cases, (0, *DECODE_LINEAR_K_SPLITS)):
         name = (f"decode_linear {str(dtype).split('.')[-1]} rows={rows} K={k} N={n}"
                 + (" +bias" if with_bias else "") + (" +residual" if with_residual else "")
                 + (f" k_splits={k_splits}" if k_splits else ""))
@@ -449,7 +450,7 @@ def _linear_timing(device, copy_gbps: float) -> tuple[list[Check], dict]:
             return weight_bytes / (ms * 1e-3) / 1e9
 
         splits = {s: graph_time_per_call_ms(lambda x, w, s=s: entry(x, w, None, None, s), sets)
-                  for s in (1, 2, 4)}
+                  for s in DECODE_LINEAR_K_SPLITS}
         metrics.update({f"{key}.k_splits{s}.gbps": gbps(ms) for s, ms in splits.items()})
         ours = graph_time_per_call_ms(lambda x, w: entry(x, w), sets)
         cublas = graph_time_per_call_ms(torch_swiglu if gated else F.linear, sets)

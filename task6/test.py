@@ -36,7 +36,8 @@ import torch
 
 from common.checks import REL_TOL, Check, check_raises, poison_, relative_error
 from common.harness import fresh_generator, pick_device, task_main
-from common.timing import attention_flops, measure_copy_bandwidth, measure_matmul_tflops
+from common.timing import (attention_flops, interleaved_medians, measure_copy_bandwidth,
+                           measure_matmul_tflops)
 from task6.generate import generate
 from task6.manifest import (PROFILE_KINDS, TBT_MS, TBT_OVER_BYTES, TBT_OVER_ROOFLINE, TTFT_MS,
                             TTFT_ROUNDS, UNFUSED_TBT_MS, course_metric, profile_metric)
@@ -538,8 +539,6 @@ def prefill_medians_ms(model: customModel, prompt: torch.Tensor, backends=("cust
     with CUDA events, the median of `rounds` interleaved rounds. A single prefill per backend,
     one after the other, measured the GPU's clock drift as much as the backends (the bf16
     speedup over the PyTorch path landed on either side of 1.0 in runs of the same code)."""
-    from common.timing import interleaved_medians
-
     caches = {}
     for backend in backends:   # each backend's own cache (the torch path's is zeroed)
         model.attention_backend = backend

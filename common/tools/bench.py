@@ -8,9 +8,10 @@ Prefill: FlashAttention's own benchmark protocol: the total number of tokens B*S
 fp16 / bf16, causal and not; plus the course shapes. Implementations: task 2 (naive CUDA,
 fp32, materialises S x S), task 4's fp32 course kernel, task 4's fp16/bf16 mma.sync kernel,
 on an H100/H200 the Hopper kernel (what task4.attention.flash_attention runs there), and
-SDPA pinned to each backend (FLASH, EFFICIENT, CUDNN, MATH where its S x S matrix fits). Decode: one query against a KV cache, context 512 .. 64k and batch 1 .. 32,
-fp16, task 5's kernel against SDPA. Each point is timed with CUDA events (warm-up, median)
-in one process, on the same inputs for every implementation, with peak memory.
+SDPA pinned to each backend (FLASH, EFFICIENT, CUDNN, MATH where its S x S matrix fits).
+Decode: one query against a KV cache, context 512 .. 64k and batch 1 .. 32, fp16, task 5's
+kernel against SDPA. Each point is timed with CUDA events (warm-up, median) in one process,
+on the same inputs for every implementation, with peak memory.
 
 Writes results/bench_<gpu>.csv (every point), headline figures into results/<gpu>.json,
 and three plots: bench_<gpu>_prefill.png, bench_<gpu>_decode.png, bench_<gpu>_memory.png.
