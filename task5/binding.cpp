@@ -30,13 +30,6 @@ torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional
 // silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width] (decode_linear.cu).
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
                             std::optional<torch::Tensor> residual, int64_t k_splits);
-// norm(x) @ weight^T (or SwiGLU of it) with the LayerNorm / RMSNorm folded into the product's
-// pass over weight (decode_norm_linear.cu).
-torch::Tensor decode_norm_linear(torch::Tensor x, torch::Tensor gamma,
-                                 std::optional<torch::Tensor> colsum,
-                                 std::optional<torch::Tensor> shift, double eps, bool rms,
-                                 torch::Tensor weight, std::optional<torch::Tensor> residual,
-                                 int64_t k_splits, bool gated);
 // LayerNorm or RMSNorm of x's rows, after the residual add if one is given: {out} or
 // {out, x + residual} (norm.cu).
 std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
@@ -93,12 +86,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual) for at most 8 rows of x, weight [2*width, K]",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
         py::arg("residual") = py::none(), py::arg("k_splits") = 0);
-  m.def("decode_norm_linear", &decode_norm_linear,
-        "norm(x) @ weight^T (+ residual), or silu(gate) * up of it (gated), the LayerNorm / RMSNorm "
-        "folded into one pass over weight: colsum = weight @ gamma, shift = weight @ beta + bias",
-        py::arg("x"), py::arg("gamma"), py::arg("colsum"), py::arg("shift"), py::arg("eps"),
-        py::arg("rms"), py::arg("weight"), py::arg("residual") = py::none(),
-        py::arg("k_splits") = 0, py::arg("gated") = false);
   m.def("add_norm", &add_norm,
         "LayerNorm (rms=False) or RMSNorm of x's rows, after adding residual if given: [out] or "
         "[out, x + residual]",

@@ -17,12 +17,6 @@ task5/ops.py that the tests compare them with:
     decode_swiglu(x, weight, bias=None, residual=None)                      task5/decode_linear.cu
         silu(x Wg^T) * (x Wu^T) for weight = [Wg; Wu] stacked [2 * width, K], in one pass
         that streams both weights (at most 8 rows of x, like decode_linear).
-    norm_linear(x, norm_weight, norm_bias, eps, rms, weight, bias=None, residual=None,
-                gated=False)                                              task5/decode_norm_linear.cu
-        linear(norm(x)) (or, gated, SwiGLU of norm(x)) with the LayerNorm / RMSNorm folded into
-        the product's pass over the weight: no norm kernel. Its per-layer constants
-        (fold_norm: weight @ gamma and weight @ beta + bias, fp32) are computed once and kept
-        with the weight until one of the tensors changes.
 
 Inputs a kernel does not take (a CPU tensor, more rows than a decode step, an odd size) go
 to the PyTorch twin, so a caller never has to check; bad input (wrong shapes, dtypes, a
@@ -95,58 +89,4 @@ def torch_swiglu(x, weight, bias=None, residual=None):
     """The PyTorch twin of decode_swiglu."""
     gate, up = F.linear(x, weight, bias).chunk(2, dim=-1)
     out = F.silu(gate) * up
-    return out if residual is None else out + residual
-
-
-def fold_norm(norm_weight, norm_bias, weight, bias=None, rms=False):
-    """(colsum, shift), the constants of a norm folded into the product after it, fp32
-    [weight rows]: colsum = weight @ gamma (LayerNorm; None for RMSNorm, which has no mean) and
-    shift = weight @ beta + bias (None when there is neither). Kept on `weight` and reused
-    until one of the four tensors is replaced or changed in place (their version counters)."""
-    key = tuple((id(t), t._version) for t in (norm_weight, norm_bias, weight, bias) if t is not None)
-    key += (rms,)
-    cached = getattr(weight, "_folded_norm", None)
-    if cached is not None and cached[0] == key:
-        return cached[1], cached[2]
-    if weight.is_cuda and torch.cuda.is_current_stream_capturing():
-        raise RuntimeError("norm_linear's folded constants are computed outside a CUDA graph: "
-                           "run one decode step eagerly before capturing (generate() does).")
-    with torch.no_grad():
-        w = weight.float()
-        colsum = None if rms else w @ norm_weight.float()
-        shift = w @ norm_bias.float() if norm_bias is not None else None
-        if bias is not None:
-            shift = bias.float() if shift is None else shift + bias.float()
-    weight._folded_norm = (key, colsum, shift)
-    return colsum, shift
-
-
-def norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor | None,
-                eps: float, rms: bool, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                residual: torch.Tensor | None = None, gated: bool = False) -> torch.Tensor:
-    """linear(norm(x), weight, bias) (+ residual), norm a LayerNorm (or RMSNorm, rms=True) of
-    x's last dimension; gated: silu(gate) * up of it, weight [2 * width, K] (decode_swiglu)."""
-    if rms and norm_bias is not None:
-        raise ValueError("RMSNorm has no bias (pass norm_bias=None).")
-    rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    usable = (x.is_cuda and 1 <= rows <= DECODE_LINEAR_MAX_ROWS and x.dtype in HALF_AND_FLOAT
-              and weight.dtype == x.dtype == norm_weight.dtype and weight.dim() == 2
-              and weight.shape[1] == x.shape[-1] == norm_weight.numel()
-              and (not gated or weight.shape[0] % 2 == 0)
-              and (x.shape[-1] * x.element_size()) % 16 == 0 and _aligned(x, weight, norm_weight)
-              and (residual is None or (residual.is_contiguous() and residual.dtype == x.dtype)))
-    if not usable:
-        return torch_norm_linear(x, norm_weight, norm_bias, eps, rms, weight, bias, residual, gated)
-    colsum, shift = fold_norm(norm_weight, norm_bias, weight, bias, rms)
-    return _ext().decode_norm_linear(x, norm_weight, colsum, shift, float(eps), rms, weight,
-                                     residual, 0, gated)
-
-
-def torch_norm_linear(x, norm_weight, norm_bias, eps, rms, weight, bias=None, residual=None,
-                      gated=False):
-    """The PyTorch twin of norm_linear: the norm, then the product."""
-    normed = torch_add_norm(x, norm_weight, norm_bias, eps, rms=rms)
-    if gated:
-        return torch_swiglu(normed, weight, bias, residual)
-    out = F.linear(normed, weight, bias)
     return out if residual is None else out + residual

@@ -8,10 +8,9 @@
                 cancels), RoPE + cache append (fp32 bit-identical to task 6's apply_rope and
                 the cache write; GQA; per-sequence position tensors; a position outside the
                 cache writes nothing; CUDA-graph replays while the position advances), SwiGLU
-                on the stacked gate/up weight (1..8 rows, bias, residual, each split of K),
-                the norm folded into the product (norm_linear: LayerNorm and RMSNorm, plain
-                and SwiGLU, biases, residual, each split of K, a large common offset);
-                every kernel run twice must give the same bits; bad input raises a sentence. Then each kernel and its PyTorch twin timed at task
+                on the stacked gate/up weight (1..8 rows, bias, residual, each split of K);
+                every kernel run twice on NaN-poisoned outputs must give the same bits; bad
+                input raises a sentence. Then each kernel and its PyTorch twin timed at task
                 6's decode shapes (B 4, hidden 4096, 32 heads, width 16384) as CUDA-graph
                 replays.
 """
@@ -241,62 +240,6 @@ def _swiglu_checks(small: bool, device, gen) -> list[Check]:
     return checks
 
 
-# --- a norm folded into the product after it ----------------------------------------------------
-
-def _norm_linear_checks(small: bool, device, gen) -> list[Check]:
-    """norm_linear against float64 (the norm, then the product): LayerNorm and RMSNorm, the
-    plain product and SwiGLU, with and without biases and a residual."""
-    checks = []
-    # rows, K, N (width if gated), gated, rms, biases, residual, offset of h
-    cases = [(2, 64, 32, False, False, True, False, 0.0)] if small else [
-        (4, 4096, 1536, False, False, True, False, 0.0), (4, 4096, 512, True, False, False, True, 0.0),
-        (1, 512, 100, True, True, False, False, 0.0), (8, 1024, 256, False, True, False, True, 0.0),
-        (3, 128, 8, True, False, True, True, 0.0), (4, 4096, 256, False, False, True, True, 300.0),
-        (5, 2048, 64, False, True, False, False, 300.0)]
-    splits = (0,) if small else (0, *DECODE_LINEAR_K_SPLITS)
-    for dtype, k_splits in itertools.product(DTYPES.values(), splits):
-        for rows, k, n, gated, rms, biases, residual, offset in cases:
-            def rand(*shape, scale=1.0, shift=0.0):
-                return (torch.randn(*shape, device=device, generator=gen) * scale + shift).to(dtype)
-
-            h = rand(rows, k, shift=offset)
-            gamma = rand(k, scale=0.5, shift=1.0)
-            beta = rand(k) if biases and not rms else None
-            w = rand(2 * n if gated else n, k, scale=k ** -0.5)
-            b = rand(w.shape[0]) if biases else None
-            r = rand(rows, n) if residual else None
-            name = (f"norm_linear {'rms' if rms else 'layer'}_norm {'SwiGLU ' if gated else ''}{dtype} "
-                    f"rows {rows} K {k} N {n}" + (" + biases" if biases else "")
-                    + (" + residual" if residual else "") + (f" offset {offset:g}" if offset else "")
-                    + (f" k_splits {k_splits}" if k_splits else ""))
-            colsum, shift = fused.fold_norm(gamma, beta, w, b, rms)
-            runs = [fused._ext().decode_norm_linear(h, gamma, colsum, shift, 1e-5, rms, w, r, k_splits, gated)
-                    for _ in range(2)]
-            twin = torch_ops().norm_linear(h, gamma, beta, 1e-5, rms, w, b, r, gated)
-            as64 = [None if t is None else t.double() for t in (h, gamma, beta, w, b, r)]
-            truth = torch_ops().norm_linear(as64[0], as64[1], as64[2], 1e-5, rms, as64[3], as64[4],
-                                            as64[5], gated)
-            checks.append(_criterion(name, runs[0], twin, truth))
-            checks.append(Check(f"{name}: two runs bit-identical", _same_bits(runs[0], runs[1])))
-    if not small:
-        # The entry folds once per weight and refolds when a tensor changes in place.
-        h, gamma = torch.randn(2, 256, device=device), torch.rand(256, device=device) + 0.5
-        w = torch.randn(64, 256, device=device) / 16
-        before = fused.norm_linear(h, gamma, None, 1e-5, True, w)
-        gamma.mul_(2.0)
-        after = fused.norm_linear(h, gamma, None, 1e-5, True, w)
-        twin = torch_ops().norm_linear(h, gamma, None, 1e-5, True, w)
-        checks.append(Check("norm_linear: a norm weight changed in place is refolded",
-                            not torch.allclose(before, after) and torch.allclose(after, twin, atol=1e-5)))
-        x6 = torch.randn(3, 6, device=device)
-        checks.append(Check("norm_linear K 6: the PyTorch fallback",
-                            torch.equal(fused.norm_linear(x6, torch.ones(6, device=device), None, 1e-5, False,
-                                                          torch.ones(4, 6, device=device)),
-                                        torch_ops().norm_linear(x6, torch.ones(6, device=device), None, 1e-5,
-                                                                False, torch.ones(4, 6, device=device)))))
-    return checks
-
-
 # --- bad input -------------------------------------------------------------------------------
 
 def _input_checks(device) -> list[Check]:
@@ -330,18 +273,6 @@ def _input_checks(device) -> list[Check]:
          lambda: ext.decode_linear(x, torch.randn(8, 64, device=device), None, None, 8), "k_splits"),
         ("decode_swiglu: 9 rows", lambda: ext.decode_swiglu(torch.randn(9, 64, device=device),
                                                             torch.randn(8, 64, device=device), None, None), "rows"),
-        ("decode_norm_linear: LayerNorm without colsum",
-         lambda: ext.decode_norm_linear(x, w, None, None, 1e-5, False, torch.randn(8, 64, device=device)), "colsum"),
-        ("decode_norm_linear: gamma of the wrong size",
-         lambda: ext.decode_norm_linear(x, w[:32], None, None, 1e-5, True, torch.randn(8, 64, device=device)), "gamma"),
-        ("decode_norm_linear: half colsum",
-         lambda: ext.decode_norm_linear(x, w, torch.ones(8, device=device).half(), None, 1e-5, False,
-                                        torch.randn(8, 64, device=device)), "float32"),
-        ("decode_norm_linear: shift of the wrong size",
-         lambda: ext.decode_norm_linear(x, w, None, torch.ones(7, device=device), 1e-5, True,
-                                        torch.randn(8, 64, device=device)), "shift"),
-        ("norm_linear: RMSNorm with a bias",
-         lambda: fused.norm_linear(x, w, w, 1e-5, True, torch.randn(8, 64, device=device)), "bias"),
     ]
     return [check_raises(name, fn, (ValueError, TypeError), must_mention=word) for name, fn, word in cases]
 
@@ -389,7 +320,7 @@ def fused_small_group(args=None):
     if device is None:
         return checks, {}
     return (_norm_checks(True, device, gen) + _rope_checks(True, device, gen)
-            + _swiglu_checks(True, device, gen) + _norm_linear_checks(True, device, gen)), {}
+            + _swiglu_checks(True, device, gen)), {}
 
 
 def fused_group(args=None):
@@ -397,8 +328,7 @@ def fused_group(args=None):
     if device is None:
         return checks, {}
     checks = (_norm_checks(False, device, gen) + _rope_checks(False, device, gen)
-              + _swiglu_checks(False, device, gen) + _norm_linear_checks(False, device, gen)
-              + _input_checks(device))
+              + _swiglu_checks(False, device, gen) + _input_checks(device))
     if all(c.passed for c in checks):
         timing_checks, metrics = _timings(device, gen)
         return checks + timing_checks, metrics

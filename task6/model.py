@@ -26,11 +26,10 @@ heads interleaved in hidden, as task 5 lays it out), allocated once per generati
 in place, never re-allocated. RoPE is applied before the write, so it holds rotated keys.
 
 Fused decode (fused_decode=True, the default, on our kernels): a decode step's small kernels
-are merged (task5/fused.py): each norm is folded into the product that reads it (no norm
-kernel at all; fold_norms=False gives each norm its own kernel instead), RoPE on q and k and
-the cache write of k and v run on one kernel (reading the position on the device), and the
-MLP's gate and up products with silu(gate) * up on one pass of the streamed weights. Same
-math; fewer launches, each of which costs a few microseconds even inside a CUDA graph. fused_decode=False runs the
+are merged (task5/fused.py): the norms run on one kernel each, RoPE on q and k and the cache
+write of k and v on one (reading the position on the device), and the MLP's gate and up
+products with silu(gate) * up on one pass of the streamed weights. Same math; fewer launches,
+each of which costs a few microseconds even inside a CUDA graph. fused_decode=False runs the
 course's path (attend_custom below, task 6's apply_rope), which the tests check as well.
 
 attention="torch" runs the same model on plain PyTorch (F.scaled_dot_product_attention and
@@ -76,51 +75,21 @@ class StepInfo:
     cos: torch.Tensor | None           # [S, head_dim] RoPE tables at this call's positions
     sin: torch.Tensor | None           # (None on the fused decode path, which needs neither)
     fused: bool = False                # a decode step on our fused kernels (task5/fused.py)
-    fold_norms: bool = True            # ... with each norm folded into the product after it
 
 
-@dataclass
-class PendingNorm:
-    """layer(x), not computed yet: on the fused decode path a norm is folded into the product
-    that reads it (task5/fused.py, norm_linear), which then streams its weight against x."""
-
-    x: torch.Tensor
-    layer: nn.LayerNorm | nn.RMSNorm
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.x.shape
-
-    def folded_into(self, product: nn.Linear, residual: torch.Tensor | None = None,
-                    gated: bool = False) -> torch.Tensor:
-        """product(layer(x)) (+ residual); gated: silu(gate) * up of it (SwiGLU)."""
-        rms = isinstance(self.layer, nn.RMSNorm)
-        return kernels().norm_linear(self.x, self.layer.weight, None if rms else self.layer.bias,
-                                     self.layer.eps, rms, product.weight, product.bias, residual,
-                                     gated)
-
-
-def linear(layer: nn.Linear, x: torch.Tensor | PendingNorm, step: StepInfo,
+def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
            residual: torch.Tensor | None = None) -> torch.Tensor:
     """layer(x) (+ residual). A decode step on our kernels reads every weight once for 4 token
     rows, so it is bound by memory; there task 5's decode_linear streams the weight at the
-    bandwidth (cuBLAS does not at 4 rows) and adds the bias and the residual in the same pass
-    (and, given a PendingNorm, applies the norm too)."""
-    if isinstance(x, PendingNorm):
-        return x.folded_into(layer, residual)
+    bandwidth (cuBLAS does not at 4 rows) and adds the bias and the residual in the same pass."""
     if step.backend == "custom" and step.decode:
         return kernels().decode_linear(x, layer.weight, layer.bias, residual)
     out = layer(x)
     return out if residual is None else out + residual
 
 
-def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor,
-         step: StepInfo) -> torch.Tensor | PendingNorm:
-    """layer(x). On the fused decode path it is left pending, to be folded into the product
-    that reads it (linear, MLP); with fold_norms off, task 5's norm kernel (one read of x, fp32
-    sums) computes it."""
-    if step.fused and step.fold_norms:
-        return PendingNorm(x, layer)
+def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor, step: StepInfo) -> torch.Tensor:
+    """layer(x): on the fused decode path, task 5's norm kernel (one read of x, fp32 sums)."""
     if step.fused:
         rms = isinstance(layer, nn.RMSNorm)
         return kernels().add_norm(x, layer.weight, None if rms else layer.bias, layer.eps, rms=rms)
@@ -144,7 +113,7 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(hidden_dim, qkv_features, bias=bias)
         self.o_proj = nn.Linear(hidden_dim, hidden_dim, bias=bias)
 
-    def forward(self, x: torch.Tensor | PendingNorm, k_cache: torch.Tensor, v_cache: torch.Tensor,
+    def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
         """residual + o_proj(attention(x))."""
         batch, seq, _ = x.shape
@@ -231,12 +200,9 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_dim, 2 * self.width, bias=False)
         self.down_proj = nn.Linear(self.width, hidden_dim, bias=False)
 
-    def forward(self, x: torch.Tensor | PendingNorm, step: StepInfo,
-                residual: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
         """residual + down(silu(gate(x)) * up(x))."""
-        if isinstance(x, PendingNorm):   # the norm, gate, up and silu(gate) * up in one pass
-            hidden = x.folded_into(self.gate_up_proj, gated=True)
-        elif step.fused:   # gate, up and silu(gate) * up in one pass over the stacked weights
+        if step.fused:   # gate, up and silu(gate) * up in one pass over the stacked weights
             hidden = kernels().decode_swiglu(x, self.gate_up_proj.weight, self.gate_up_proj.bias)
         else:
             gate, up = linear(self.gate_up_proj, x, step).chunk(2, dim=-1)
@@ -267,8 +233,7 @@ class customModel(nn.Module):
     style: "gpt" (LayerNorm, biases: the course model) or "llama" (RMSNorm, no biases);
     num_kv_heads: the K/V heads (default num_heads; fewer is grouped-query attention).
     fused_decode: decode steps on our fused kernels (module docstring); `model.fused_decode`
-    switches it later, and `model.fold_norms` (default True) whether they fold each norm into
-    the product after it or run it on its own kernel.
+    switches it later.
     """
 
     def __init__(self, hidden_dim: int, num_heads: int, num_layers: int, vocab_size: int,
@@ -297,7 +262,6 @@ class customModel(nn.Module):
                             f"references on the torch path), got {dtype}.")
         self.hidden_dim, self.num_heads, self.num_layers = hidden_dim, num_heads, num_layers
         self.num_kv_heads, self.style, self.fused_decode = num_kv_heads, style, bool(fused_decode)
-        self.fold_norms = True
         self.head_dim = hidden_dim // num_heads
         self.kv_hidden = num_kv_heads * self.head_dim   # features of a cache row
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
@@ -411,13 +375,12 @@ class customModel(nn.Module):
         fused = decode and self.fused_decode and self.attention_backend == "custom"
         cos, sin = (None, None) if fused else self.rope.at(current_pos, seq, self.dtype)
         step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=current_pos,
-                        seq_len=current_pos + seq, rope=self.rope, cos=cos, sin=sin, fused=fused,
-                        fold_norms=self.fold_norms)
+                        seq_len=current_pos + seq, rope=self.rope, cos=cos, sin=sin, fused=fused)
         x = self.embed(tokens)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             x = layer(x, k_cache, v_cache, step)
         x = norm(self.ln_f, x, step)
-        if last_logits_only and seq > 1:   # (a fused decode step has one position: x may be pending)
+        if last_logits_only:
             x = x[:, -1:]
         return linear(self.lm_head, x, step), kv_cache
 

@@ -472,8 +472,7 @@ def prefill_flops(model: customModel, batch: int, prompt: int) -> float:
 
 
 # Which kernels count as which kind in the decode profile (first match wins; demangled names).
-# decode_linear_kernel<T, M, kGated, kSplits, kNorm>: the SwiGLU kernel has kGated true (with a
-# norm folded in, kNorm, a kernel counts as its product: the norm costs no kernel of its own).
+# decode_linear_kernel<T, M, kGated, kSplits>: the SwiGLU kernel has kGated true.
 PROFILE_MATCH = (("swiglu", ("decode_linear_kernel<",), ", true, "),
                  ("linear", ("decode_linear_kernel<",), ""),
                  ("attention", ("decode_split_kernel", "combine_splits_kernel", "decode_grouped_kernel",

@@ -308,13 +308,6 @@ class FakeKernels:
         self.calls.append("decode_swiglu")
         return torch_ops().decode_swiglu(x, weight, bias, residual)
 
-    def norm_linear(self, x, norm_weight, norm_bias, eps, rms, weight, bias=None, residual=None,
-                    gated=False):
-        assert x.is_contiguous() and x.numel() // x.shape[-1] <= 8 and (norm_bias is None) == rms
-        self.calls.append("norm_swiglu" if gated else "norm_linear")
-        return torch_ops().norm_linear(x, norm_weight, norm_bias, eps, rms, weight, bias, residual,
-                                       gated)
-
     def decode_linear(self, x, weight, bias=None, residual=None):
         # Only in decode steps (a few rows); not logged, so `calls` lists the attention only.
         assert x.numel() // x.shape[-1] <= 8 and x.shape[-1] == weight.shape[1]
@@ -352,23 +345,12 @@ def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
 
 
 def test_fused_decode_calls_the_fused_kernels(fake_kernels):
-    """The default decode on our kernels: per layer the first norm folded into the qkv
-    product, RoPE + cache append, the decode, the second norm folded into SwiGLU (and the
-    final norm into the lm_head); the prefill is the course's path."""
+    """The default decode on our kernels: per layer one norm, RoPE + cache append, the
+    decode, one norm, SwiGLU (plus the final norm); the prefill is the course's path."""
     model = tiny_model()
     _custom_generation_matches_torch(model)
     per_layer = TINY.layers
     assert fake_kernels.calls[:2 * per_layer] == ["update_kv_cache", "flash_attention"] * per_layer
-    step = ["norm_linear", "rope_append", "decode_attention", "norm_swiglu"] * per_layer
-    assert fake_kernels.calls[2 * per_layer:] == (step + ["norm_linear"]) * 4
-
-
-def test_fused_decode_with_a_kernel_per_norm(fake_kernels):
-    """fold_norms=False: each norm on its own kernel (add_norm), then the product."""
-    model = tiny_model()
-    model.fold_norms = False
-    _custom_generation_matches_torch(model)
-    per_layer = TINY.layers
     step = ["add_norm", "rope_append", "decode_attention", "add_norm", "decode_swiglu"] * per_layer
     assert fake_kernels.calls[2 * per_layer:] == (step + ["add_norm"]) * 4
 
@@ -458,33 +440,6 @@ def test_norm_and_swiglu_twins():
     assert torch.allclose(torch_ops().decode_swiglu(x, weight), F.silu(gate) * up, atol=1e-6)
 
 
-@pytest.mark.parametrize("rms", [False, True])
-def test_norm_folded_into_the_product_is_the_norm_then_the_product(rms):
-    """What decode_norm_linear computes (decode_linear.cuh, FoldedNorm), in float64 on the CPU
-    from fold_norm's constants: rstd * (W (gamma * (h - p)) - (mean - p) * colsum) + shift, p
-    the row's first element (0 for RMSNorm), equals linear(norm(h)) for the twin."""
-    from task5.fused import fold_norm
-
-    gen = torch.Generator().manual_seed(0)
-    h = torch.randn(3, 64, generator=gen, dtype=torch.float64) + 50.0   # a large common offset
-    gamma = torch.rand(64, generator=gen, dtype=torch.float64) + 0.5
-    beta = None if rms else torch.randn(64, generator=gen, dtype=torch.float64)
-    w, b = torch.randn(24, 64, generator=gen, dtype=torch.float64), torch.randn(24, generator=gen, dtype=torch.float64)
-    colsum, shift = fold_norm(gamma, beta, w, b, rms)
-    assert (colsum is None) == rms and fold_norm(gamma, beta, w, b, rms)[1] is shift   # cached
-    pivot = torch.zeros(3, 1, dtype=torch.float64) if rms else h[:, :1]
-    d = h - pivot
-    mean_d = d.mean(-1, keepdim=True)
-    var = d.pow(2).mean(-1, keepdim=True) - (0 if rms else mean_d ** 2)
-    acc = (gamma * d) @ w.T
-    folded = torch.rsqrt(var + 1e-5) * (acc if rms else acc - mean_d * colsum.double()) + shift.double()
-    twin = torch_ops().norm_linear(h, gamma, beta, 1e-5, rms, w, b)
-    assert torch.allclose(folded, twin, atol=1e-4, rtol=1e-4)
-    gamma.mul_(2.0)   # changed in place: the constants are computed again
-    new_colsum, new_shift = fold_norm(gamma, beta, w, b, rms)
-    assert new_shift is not shift and (rms or torch.allclose(new_colsum, 2 * colsum))
-
-
 # --- task6.test's pieces that need no GPU ---------------------------------------------------------
 
 def test_groups_fail_cleanly_without_a_gpu():
@@ -516,14 +471,12 @@ def test_decode_kv_bytes_is_the_mean_over_the_steps():
 
 
 def test_decode_profile_sorts_each_kernel_into_its_kind():
-    """Demangled names as torch.profiler reports them:
-    decode_linear_kernel<T, M, kGated, kSplits, kNorm>."""
+    """Demangled names as torch.profiler reports them: decode_linear_kernel<T, M, kGated, kSplits>."""
     kind = task6_test.profile_kind
-    linear = "void decode_product::decode_linear_kernel<{}>(T const*, T*, int, int, FoldedNorm<T>)"
-    assert kind(linear.format("__nv_bfloat16, 4, true, 2, true")) == "swiglu"
-    assert kind(linear.format("__nv_bfloat16, 4, true, 2, false")) == "swiglu"
-    assert kind(linear.format("__nv_bfloat16, 4, false, 2, true")) == "linear"
-    assert kind(linear.format("float, 4, false, 4, false")) == "linear"
+    linear = "void (anonymous namespace)::decode_linear_kernel<{}>(T const*, T*, int, int)"
+    assert kind(linear.format("__nv_bfloat16, 4, true, 2")) == "swiglu"
+    assert kind(linear.format("__nv_bfloat16, 4, false, 2")) == "linear"
+    assert kind(linear.format("float, 4, false, 4")) == "linear"
     assert kind("void (anonymous namespace)::decode_split_kernel<__half, true>(P)") == "attention"
     assert kind("void (anonymous namespace)::norm_kernel<float, true>(NormParams<float>)") == "norm"
     assert kind("void (anonymous namespace)::rope_append_kernel<float>(P)") == "rope_append"
