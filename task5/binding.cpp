@@ -30,8 +30,6 @@ torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional
 // silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width] (decode_linear.cu).
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
                             std::optional<torch::Tensor> residual, int64_t k_splits);
-// Experiment: prefetch the first max_bytes of t into L2 (l2_prefetch.cu).
-void l2_prefetch(torch::Tensor t, int64_t max_bytes, int64_t chunk, bool evict_last);
 // LayerNorm or RMSNorm of x's rows, after the residual add if one is given: {out} or
 // {out, x + residual} (norm.cu).
 std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
@@ -88,8 +86,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual) for at most 8 rows of x, weight [2*width, K]",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
         py::arg("residual") = py::none(), py::arg("k_splits") = 0);
-  m.def("l2_prefetch", &l2_prefetch, "prefetch t into L2", py::arg("t"), py::arg("max_bytes"),
-        py::arg("chunk") = 16384, py::arg("evict_last") = false);
   m.def("add_norm", &add_norm,
         "LayerNorm (rms=False) or RMSNorm of x's rows, after adding residual if given: [out] or "
         "[out, x + residual]",

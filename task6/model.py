@@ -55,9 +55,6 @@ STYLES = ("gpt", "llama")   # LayerNorm + biases (the course model), or RMSNorm,
 NORM_EPS = 1e-5
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # one (k_cache, v_cache) per layer
-O_PROJ_PREFETCH_BYTES = 0   # experiment
-PREFETCH_CHUNK = 16384
-PREFETCH_EVICT_LAST = False
 
 
 def kernels() -> AttentionOps:
@@ -128,10 +125,6 @@ class Attention(nn.Module):
             q = ops.rope_append(qkv[:, :, :heads], qkv[:, :, heads:heads + kv_heads],
                                 qkv[:, :, heads + kv_heads:], k_cache, v_cache, step.rope.cos,
                                 step.rope.sin, step.current_pos)
-            if O_PROJ_PREFETCH_BYTES > 0:   # experiment: o_proj's weight into L2 during the attention
-                from task5.attention import _ext
-                _ext().l2_prefetch(self.o_proj.weight, O_PROJ_PREFETCH_BYTES, PREFETCH_CHUNK,
-                                   PREFETCH_EVICT_LAST)
             out = ops.decode_attention(q.view(batch, 1, heads * self.head_dim), k_cache, v_cache,
                                        heads, step.seq_len)
             return linear(self.o_proj, out, step, residual)
