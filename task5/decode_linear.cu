@@ -40,7 +40,9 @@
 // (Prefetching the next kernel's first weights into L2 before its wait was tried: ptxas then
 // scheduled the bf16 main loop with fewer loads in flight, and the step got slower. A bulk
 // prefetch of each row's first round, which holds no registers, gained nothing either;
-// task6/NOTES.md.)
+// task6/NOTES.md.) The loop has no room for more work per element: folding the norm before
+// the product into it (x replaced by gamma * (x - pivot), the row sums taken on the way) made
+// the bf16 products 6-18 us slower each, more than the norm kernel it removed (task6/NOTES.md).
 //
 // Measured speed (GB/s of weights read, against cuBLAS; task 6's TBT against its roofline):
 // Results.md, rendered from results/<gpu>.json.
