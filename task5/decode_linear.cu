@@ -244,18 +244,22 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     }
   }
   if (lane == 0 && k_part == 0) {
+    // The bias is read per output, not once per row before the loop over m: written that way,
+    // ptxas gives the bf16/fp16 kernels with k_splits 2 128 registers instead of 116 and
+    // schedules them differently, and task 6's bf16 step is about 50 us faster (task6/NOTES.md).
+    const auto plus_bias = [&](float sum, int64_t w_row) {
+      return sum + (bias != nullptr ? to_float(bias[w_row]) : 0.0f);
+    };
 #pragma unroll
     for (int r = 0; r < kOutRows; ++r) {
       const int row = row0 + r;
       if (row >= N) continue;
-      const float b = bias != nullptr ? to_float(bias[row]) : 0.0f;
-      const float b_up = kGated && bias != nullptr ? to_float(bias[N + row]) : 0.0f;
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         const int64_t at = static_cast<int64_t>(m) * N + row;
-        float y = acc[r][m] + b;
+        float y = plus_bias(acc[r][m], row);
         if constexpr (kGated) {
-          const float up = acc[r + kOutRows][m] + b_up;
+          const float up = plus_bias(acc[r + kOutRows][m], static_cast<int64_t>(N) + row);
           y = y / (1.0f + __expf(-y)) * up;  // silu(gate) * up
         }
         const float res = residual != nullptr ? to_float(residual[at]) : 0.0f;
