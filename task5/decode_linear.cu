@@ -42,7 +42,7 @@
 // prefetch of each row's first round, which holds no registers, gained nothing either;
 // task6/NOTES.md.) The loop has no room for more work per element: folding the norm before
 // the product into it (x replaced by gamma * (x - pivot), the row sums taken on the way) made
-// the bf16 products 6-18 us slower each, more than the norm kernel it removed (task6/NOTES.md).
+// the bf16 products slower by more than the norm kernel it removed cost (task6/NOTES.md).
 //
 // Measured speed (GB/s of weights read, against cuBLAS; task 6's TBT against its roofline):
 // Results.md, rendered from results/<gpu>.json.
@@ -246,7 +246,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   if (lane == 0 && k_part == 0) {
     // The bias is read per output, not once per row before the loop over m: written that way,
     // ptxas gives the bf16/fp16 kernels with k_splits 2 128 registers instead of 116 and
-    // schedules them differently, and task 6's bf16 step is about 50 us faster (task6/NOTES.md).
+    // schedules them differently, and task 6's bf16 step is faster (measured: task6/NOTES.md).
     const auto plus_bias = [&](float sum, int64_t w_row) {
       return sum + (bias != nullptr ? to_float(bias[w_row]) : 0.0f);
     };
