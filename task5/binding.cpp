@@ -30,20 +30,6 @@ torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional
 // silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width] (decode_linear.cu).
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
                             std::optional<torch::Tensor> residual, int64_t k_splits);
-// decode_linear with a residual, then the norm of its output rows in its last block:
-// {out, norm(out)} (decode_linear.cu).
-std::vector<torch::Tensor> decode_linear_norm(torch::Tensor x, torch::Tensor weight,
-                                              std::optional<torch::Tensor> bias,
-                                              torch::Tensor residual, torch::Tensor norm_weight,
-                                              std::optional<torch::Tensor> norm_bias, double eps,
-                                              bool rms, int64_t k_splits);
-// The qkv product of a decode step with RoPE and the cache append in its epilogue; returns the
-// rotated q [B, 1, q_heads, D] (decode_linear.cu).
-torch::Tensor decode_qkv_rope(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                              torch::Tensor k_cache, torch::Tensor v_cache, torch::Tensor cos,
-                              torch::Tensor sin, int64_t current_pos,
-                              std::optional<torch::Tensor> current_pos_tensor, int64_t q_heads,
-                              int64_t kv_heads, int64_t k_splits);
 // LayerNorm or RMSNorm of x's rows, after the residual add if one is given: {out} or
 // {out, x + residual} (norm.cu).
 std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
@@ -100,19 +86,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual) for at most 8 rows of x, weight [2*width, K]",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
         py::arg("residual") = py::none(), py::arg("k_splits") = 0);
-  m.def("decode_linear_norm", &decode_linear_norm,
-        "[x @ weight^T (+ bias) + residual, its LayerNorm/RMSNorm] for at most 8 rows of x, the "
-        "norm in the product's last block",
-        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("residual"),
-        py::arg("norm_weight"), py::arg("norm_bias"), py::arg("eps"), py::arg("rms"),
-        py::arg("k_splits") = 0);
-  m.def("decode_qkv_rope", &decode_qkv_rope,
-        "The qkv product of one token per sequence, RoPE on q and k and k, v appended to the "
-        "caches in its epilogue; returns q rotated [B, 1, q_heads, D]",
-        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("k_cache"), py::arg("v_cache"),
-        py::arg("cos"), py::arg("sin"), py::arg("current_pos"), py::arg("current_pos_tensor"),
-        py::arg("q_heads"), py::arg("kv_heads"),
-        py::arg("k_splits") = 0);
   m.def("add_norm", &add_norm,
         "LayerNorm (rms=False) or RMSNorm of x's rows, after adding residual if given: [out] or "
         "[out, x + residual]",

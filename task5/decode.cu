@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -513,48 +514,12 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
     weight[s] = weight[s] == -INFINITY ? 0.f : exp2f(weight[s] - m_max);
   __syncthreads();  // publishes weight[]
 
-  // The weighted sum of the partial rows, with as many loads in flight as the block has: when
-  // head_dim is a multiple of 4, warp w sums 16-byte pieces (4 elements d, one per lane) of
-  // splits w, w + warps, ..., 16 loads in flight per lane, and the warps' sums are added in
-  // shared memory (a head of 64 splits is one L2 round trip instead of four); otherwise each
-  // thread sums its elements d over every split, 16 loads in flight.
-  __shared__ float4 warp_o[WARPS_PER_BLOCK][WARP_SIZE];
-  const bool by_pieces = head_dim % 4 == 0 && head_dim <= 4 * WARP_SIZE &&
-                         warps == WARPS_PER_BLOCK &&
-                         reinterpret_cast<uintptr_t>(o_split) % 16 == 0;
-  if (by_pieces) {
-    constexpr int kInFlight = 16;  // loads issued before any is used (a fixed count: no remainder loop)
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (lane < head_dim / 4) {
-      for (int base = warp; base < num_splits; base += WARPS_PER_BLOCK * kInFlight) {
-        float4 v[kInFlight];
-#pragma unroll
-        for (int j = 0; j < kInFlight; ++j) {
-          const int s = base + j * WARPS_PER_BLOCK;
-          v[j] = s < num_splits ? __ldcg(reinterpret_cast<const float4*>(o_split + static_cast<int64_t>(s) * head_dim) + lane)
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int j = 0; j < kInFlight; ++j) {
-          const int s = base + j * WARPS_PER_BLOCK;
-          const float w = s < num_splits ? weight[s] : 0.f;
-          o = make_float4(fmaf(w, v[j].x, o.x), fmaf(w, v[j].y, o.y), fmaf(w, v[j].z, o.z), fmaf(w, v[j].w, o.w));
-        }
-      }
-    }
-    warp_o[warp][lane] = o;
-    __syncthreads();
-  }
+  // 16 loads in flight per thread: a few L2 round trips for any split count we launch.
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.f;
-    if (by_pieces) {
-#pragma unroll
-      for (int w = 0; w < WARPS_PER_BLOCK; ++w) o += reinterpret_cast<const float*>(&warp_o[w][d / 4])[d % 4];
-    } else {
 #pragma unroll 16
-      for (int s = 0; s < num_splits; ++s)
-        o = fmaf(weight[s], __ldcg(o_split + static_cast<int64_t>(s) * head_dim + d), o);
-    }
+    for (int s = 0; s < num_splits; ++s)
+      o = fmaf(weight[s], __ldcg(o_split + static_cast<int64_t>(s) * head_dim + d), o);
     out_row[d] = from_float<T>(l_total > 0.f ? o / l_total : 0.f);  // no visible key: 0
   }
   // END SOLUTION
@@ -579,11 +544,14 @@ template <typename T>
 __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
   __shared__ bool is_last;
   const int64_t bh = blockIdx.x;
-  __syncthreads();  // the block's partial is written
-  if (threadIdx.x == 0) is_last = attn::count_block_is_last(p.split_counters + bh, p.num_splits);
+  __threadfence();  // this block's partial is visible to every block before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0)
+    is_last = atomicAdd(p.split_counters + bh, 1) == p.num_splits - 1;
   __syncthreads();
   if (!is_last) return;
-  merge_head_splits(p, bh);  // the other blocks' partials are visible since the count
+  __threadfence();  // the other blocks' partials, counted before ours, are read after this
+  merge_head_splits(p, bh);
   if (threadIdx.x == 0) p.split_counters[bh] = 0;
 }
 
@@ -681,9 +649,6 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   merge_key_groups<LANES_PER_KEY, ELEMS>(m, l, acc);
   merge_warps_and_write<T, VEC, LANES_PER_KEY, CHUNKS>(p, m, l, acc, b, h);
   // END SOLUTION
-  // The cache is read: a kernel launched overlapped after this one (task 6's o_proj) may now
-  // be scheduled into the merge below (it waits for this kernel to finish before reading).
-  attn::let_next_kernel_start();
   if (p.num_splits > 1 && p.split_counters != nullptr) merge_in_last_block(p);
 }
 
@@ -1011,14 +976,36 @@ bool can_load_16_bytes(const torch::Tensor& q, const torch::Tensor& k, const tor
   return true;
 }
 
-// The split kernel's counters (merge_in_last_block): one int per (batch, head), from
-// attn::zeroed_counters (device_values.cuh). Without them (inside a capture before any decode
-// ran, or past their capacity) the combine kernel merges instead. ATTN_DECODE_COMBINE_KERNEL=1
-// (read on every call, so a test can check both paths) always answers nullptr.
+// The split kernel's counters (merge_in_last_block): one int per (batch, head), allocated and
+// zeroed once per device and left zeroed by every decode, so a captured CUDA graph can keep
+// using them. Allocation cannot happen inside a capture: then (and past the capacity) the
+// answer is nullptr and the combine kernel merges instead. Decodes on one device share the
+// counters, so they must not run at the same time on two streams (they are stream-ordered in
+// a model's decode loop, captured or not). ATTN_DECODE_COMBINE_KERNEL=1 (read on every call,
+// so a test can check both paths) always answers nullptr.
 int* split_counters(cudaStream_t stream, int64_t count) {
+  constexpr int64_t kCapacity = 1 << 16;
+  constexpr int kMaxDevices = 64;
+  static int* buffers[kMaxDevices] = {};
+  static std::mutex mutex;
   const char* forced = std::getenv("ATTN_DECODE_COMBINE_KERNEL");
   if (forced != nullptr && std::string(forced) == "1") return nullptr;
-  return attn::zeroed_counters(stream, attn::CounterUser::kDecodeSplits, count);
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  if (count > kCapacity || device >= kMaxDevices) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (buffers[device] == nullptr) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+    int* buffer = nullptr;
+    C10_CUDA_CHECK(cudaMalloc(&buffer, kCapacity * sizeof(int)));  // kept for the process
+    // Zeroed on this stream and waited for: the first decode of any stream finds zeros.
+    C10_CUDA_CHECK(cudaMemsetAsync(buffer, 0, kCapacity * sizeof(int), stream));
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    buffers[device] = buffer;
+  }
+  return buffers[device];
 }
 
 template <typename T>

@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 
 #include "attention_checks.cuh"
@@ -93,20 +92,6 @@ __device__ __forceinline__ void let_next_kernel_start() {
 #endif
 }
 
-// "The last block to finish does X": called by thread 0 of a block after a __syncthreads()
-// that follows the block's writes. Publishes them and counts the block on *counter; true in
-// the block whose count brings it to `blocks` (its other threads learn it through shared
-// memory and a second barrier, after which the other blocks' writes are visible to them).
-// One thread fences, with acquire-release semantics (__threadfence() is a sequentially
-// consistent fence; the measured difference is in task6/NOTES.md).
-template <typename Counter>
-__device__ __forceinline__ bool count_block_is_last(Counter* counter, unsigned blocks) {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
-  const bool last = static_cast<unsigned>(atomicAdd(counter, Counter{1})) == blocks - 1;
-  if (last) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the count, then their writes
-  return last;
-}
-
 inline bool overlapped_launches_enabled() {
   static const bool switched_off = [] {
     const char* env = std::getenv("ATTN_OVERLAP_LAUNCHES");
@@ -140,39 +125,6 @@ void launch_overlapped(const char* name, void (*kernel)(Params...), dim3 grid, d
   const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
   (void)cudaGetLastError();  // the error is reported here, once
   TORCH_CHECK(launched == cudaSuccess, attn::str(name, " failed to launch: ", cudaGetErrorString(launched)));
-}
-
-// Counters in device memory for "the last block to finish does X" (the decode kernel's split
-// merge, decode_linear's norm tail): kCounterCapacity ints per user, allocated and zeroed once
-// per device and left zeroed by every kernel that counts on them (its last block resets
-// them), so a captured CUDA graph can keep using them. Allocation cannot happen inside a
-// capture: then (and past the capacity) the answer is nullptr, and the caller takes a path
-// without counters. Kernels of one user share the counters, so they must not run at the same
-// time on two streams (they are stream-ordered in a model's decode loop, captured or not).
-enum class CounterUser { kDecodeSplits = 0, kDecodeLinearNorm = 1, kCount = 2 };
-constexpr int64_t kCounterCapacity = 1 << 16;
-
-inline int* zeroed_counters(cudaStream_t stream, CounterUser user, int64_t count = 1) {
-  constexpr int kMaxDevices = 64;
-  static int* buffers[kMaxDevices][static_cast<int>(CounterUser::kCount)] = {};
-  static std::mutex mutex;
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  if (count > kCounterCapacity || device >= kMaxDevices) return nullptr;
-  std::lock_guard<std::mutex> lock(mutex);
-  int*& buffer = buffers[device][static_cast<int>(user)];
-  if (buffer == nullptr) {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
-    if (capturing != cudaStreamCaptureStatusNone) return nullptr;
-    int* fresh = nullptr;
-    C10_CUDA_CHECK(cudaMalloc(&fresh, kCounterCapacity * sizeof(int)));  // kept for the process
-    // Zeroed on this stream and waited for: the first kernel of any stream finds zeros.
-    C10_CUDA_CHECK(cudaMemsetAsync(fresh, 0, kCounterCapacity * sizeof(int), stream));
-    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-    buffer = fresh;
-  }
-  return buffer;
 }
 
 }  // namespace attn

@@ -17,16 +17,6 @@ task5/ops.py that the tests compare them with:
     decode_swiglu(x, weight, bias=None, residual=None)                      task5/decode_linear.cu
         silu(x Wg^T) * (x Wu^T) for weight = [Wg; Wu] stacked [2 * width, K], in one pass
         that streams both weights (at most 8 rows of x, like decode_linear).
-    linear_norm(x, weight, bias, residual, norm_weight, norm_bias=None, eps=1e-5, rms=False)
-                                                                            task5/decode_linear.cu
-        (out, norm(out)) for out = x @ weight.T (+ bias) + residual: a decode step's residual
-        product (o_proj, the down projection) and the norm of the next sublayer, the norm
-        computed by the product's last block, so no norm kernel runs.
-    qkv_rope(x, weight, bias, k_cache, v_cache, cos, sin, current_pos, q_heads, kv_heads)
-                                                                            task5/decode_linear.cu
-        the qkv product with rope_append's work in its epilogue: returns q rotated [B, 1, Hq, D];
-        k rotated and v written into the caches at current_pos (same bits as decode_linear
-        followed by rope_append).
 
 Inputs a kernel does not take (a CPU tensor, more rows than a decode step, an odd size) go
 to the PyTorch twin, so a caller never has to check; bad input (wrong shapes, dtypes, a
@@ -100,64 +90,3 @@ def torch_swiglu(x, weight, bias=None, residual=None):
     gate, up = F.linear(x, weight, bias).chunk(2, dim=-1)
     out = F.silu(gate) * up
     return out if residual is None else out + residual
-
-
-def _decode_rows_usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether decode_linear takes x and weight (else the PyTorch twin runs)."""
-    rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    return (x.is_cuda and 1 <= rows <= DECODE_LINEAR_MAX_ROWS and x.dtype in HALF_AND_FLOAT
-            and x.dtype == weight.dtype and weight.dim() == 2
-            and (x.shape[-1] * x.element_size()) % 16 == 0 and _aligned(x, weight))
-
-
-def linear_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                residual: torch.Tensor, norm_weight: torch.Tensor,
-                norm_bias: torch.Tensor | None = None, eps: float = 1e-5, rms: bool = False):
-    """(out, norm(out)) with out = x @ weight.T (+ bias) + residual; norm is LayerNorm (RMSNorm
-    with rms=True) with norm_weight and norm_bias, computed in the product's last block."""
-    if rms and norm_bias is not None:
-        raise ValueError("RMSNorm has no bias (pass norm_bias=None).")
-    usable = (_decode_rows_usable(x, weight) and residual.dtype == x.dtype
-              and (weight.shape[0] * x.element_size()) % 16 == 0
-              and norm_weight.dtype == x.dtype and (norm_bias is None or norm_bias.dtype == x.dtype)
-              and _aligned(residual, norm_weight, norm_bias))
-    if not usable:
-        return torch_linear_norm(x, weight, bias, residual, norm_weight, norm_bias, eps, rms)
-    out, normed = _ext().decode_linear_norm(x, weight, bias, residual, norm_weight, norm_bias,
-                                            float(eps), rms, 0)
-    return out, normed
-
-
-def torch_linear_norm(x, weight, bias, residual, norm_weight, norm_bias=None, eps=1e-5, rms=False):
-    """The PyTorch twin of linear_norm."""
-    out = F.linear(x, weight, bias) + residual
-    return out, torch_add_norm(out, norm_weight, norm_bias, eps, rms=rms)
-
-
-def qkv_rope(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-             k_cache: torch.Tensor, v_cache: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-             current_pos, q_heads: int, kv_heads: int) -> torch.Tensor:
-    """q rotated [B, 1, Hq, D] from qkv = x @ weight.T (+ bias), x [B, 1, K] (one token per
-    sequence); k rotated and v written into the caches at current_pos, as rope_append does."""
-    heads = q_heads + 2 * kv_heads
-    head_dim = weight.shape[0] // heads if weight.dim() == 2 and heads > 0 else 0
-    usable = (_decode_rows_usable(x, weight) and x.dim() == 3 and x.shape[1] == 1
-              and head_dim % 4 == 0 and head_dim * heads == weight.shape[0]
-              and k_cache.dtype == x.dtype and cos.is_cuda)
-    if not usable:
-        return torch_qkv_rope(x, weight, bias, k_cache, v_cache, cos, sin, current_pos, q_heads,
-                              kv_heads)
-    value, tensor = _int_or_tensor(current_pos, "current_pos")
-    return _ext().decode_qkv_rope(x, weight, bias, k_cache, v_cache, cos, sin, value, tensor,
-                                  q_heads, kv_heads, 0)
-
-
-def torch_qkv_rope(x, weight, bias, k_cache, v_cache, cos, sin, current_pos, q_heads, kv_heads):
-    """The PyTorch twin of qkv_rope: the product, then rope_append's twin."""
-    from task5.ops import torch_ops   # task5.ops imports this module
-
-    batch, seq = x.shape[0], x.shape[1]
-    qkv = F.linear(x, weight, bias).view(batch, seq, q_heads + 2 * kv_heads, -1)
-    return torch_ops().rope_append(qkv[:, :, :q_heads], qkv[:, :, q_heads:q_heads + kv_heads],
-                                   qkv[:, :, q_heads + kv_heads:], k_cache, v_cache, cos, sin,
-                                   current_pos)

@@ -240,102 +240,6 @@ def _swiglu_checks(small: bool, device, gen) -> list[Check]:
     return checks
 
 
-# --- a residual product with the next norm in its last block (linear_norm) --------------------
-
-def _linear_norm_checks(small: bool, device, gen) -> list[Check]:
-    """out against float64 by the criterion; norm(out) against the float64 norm of out as the
-    kernel rounded it (the norm's own error), with the norm kernel's twin as the yardstick;
-    each split of K; two runs bit-identical (the last block's sums have a fixed order)."""
-    checks = []
-    # rows, K, N, bias, a common offset of the residual stream (a one-pass variance cancels)
-    cases = [(2, 64, 64, True, 0.0)] if small else [
-        (4, 4096, 4096, True, 0.0), (4, 16384, 4096, False, 0.0), (1, 512, 1000, True, 0.0),
-        (8, 1024, 8192, False, 0.0), (3, 256, 64, True, 0.0), (4, 4096, 4096, True, 300.0)]
-    for dtype, k_splits in itertools.product(DTYPES.values(), (0,) if small else (0, *DECODE_LINEAR_K_SPLITS)):
-        for rows, k, n, bias, offset in cases:
-            for rms in (False, True):
-                def rand(*shape, scale=1.0, shift=0.0):
-                    return (torch.randn(*shape, device=device, generator=gen) * scale + shift).to(dtype)
-
-                x, w = rand(rows, 1, k), rand(n, k, scale=k ** -0.5)
-                b = rand(n) if bias else None
-                r = rand(rows, 1, n, shift=offset)
-                nw, nb = rand(n, scale=0.5, shift=1.0), None if rms else rand(n)
-                name = (f"linear_norm ({'rms' if rms else 'layer'}) {dtype} rows {rows} K {k} N {n}"
-                        + (" + bias" if bias else "") + (f" offset {offset:g}" if offset else "")
-                        + (f" k_splits {k_splits}" if k_splits else ""))
-                runs = [fused._ext().decode_linear_norm(x, w, b, r, nw, nb, 1e-5, rms, k_splits)
-                        for _ in range(2)]
-                out, normed = runs[0]
-                twin_out, _ = fused.torch_linear_norm(x, w, b, r, nw, nb, 1e-5, rms)
-                truth = torch.nn.functional.linear(x.double(), w.double(),
-                                                   None if b is None else b.double()) + r.double()
-                checks.append(_criterion(f"{name}: out", out, twin_out, truth))
-                shape = (n,)
-                norm64 = (torch.nn.functional.rms_norm(out.double(), shape, nw.double(), 1e-5) if rms else
-                          torch.nn.functional.layer_norm(out.double(), shape, nw.double(), nb.double(), 1e-5))
-                twin_norm = fused.torch_add_norm(out, nw, nb, 1e-5, rms=rms)
-                checks.append(_criterion(f"{name}: norm(out)", normed, twin_norm, norm64))
-                checks.append(Check(f"{name}: two runs bit-identical",
-                                    _same_bits(out, runs[1][0]) and _same_bits(normed, runs[1][1])))
-    return checks
-
-
-# --- the qkv product with RoPE + cache append in its epilogue (qkv_rope) ------------------------
-
-def _qkv_rope_case(batch, k, q_heads, kv_heads, head_dim, dtype, position, k_splits, gen, device,
-                   max_len=64) -> list[Check]:
-    def rand(*shape, scale=1.0):
-        return (torch.randn(*shape, device=device, generator=gen) * scale).to(dtype)
-
-    x = rand(batch, 1, k)
-    w = rand((q_heads + 2 * kv_heads) * head_dim, k, scale=k ** -0.5)
-    b = rand(w.shape[0])
-    cos, sin = _rope_tables(max_len, head_dim, device)
-    label = (f"qkv_rope {dtype} B {batch} K {k} Hq {q_heads} Hkv {kv_heads} D {head_dim} pos "
-             f"{position.tolist() if isinstance(position, torch.Tensor) else position}"
-             + (f" k_splits {k_splits}" if k_splits else ""))
-    caches = [[torch.full((batch, max_len, kv_heads * head_dim), float("nan"), dtype=dtype,
-                          device=device) for _ in range(2)] for _ in range(3)]
-    value, tensor = (0, position) if isinstance(position, torch.Tensor) else (position, None)
-    outs = [fused._ext().decode_qkv_rope(x, w, b, *caches[i], cos, sin, value, tensor, q_heads,
-                                         kv_heads, k_splits) for i in range(2)]
-    # The same kernels unfused: decode_linear, then rope_append: the same bits.
-    qkv = fused._ext().decode_linear(x, w, b, None, k_splits).view(batch, 1, -1, head_dim)
-    unfused = fused.rope_append(qkv[:, :, :q_heads], qkv[:, :, q_heads:q_heads + kv_heads],
-                                qkv[:, :, q_heads + kv_heads:], *caches[2], cos, sin, position)
-    same = _same_bits(outs[0], unfused) and all(_same_bits(a, c) for a, c in zip(caches[0], caches[2]))
-    checks = [Check(f"{label}: equals decode_linear + rope_append bit for bit", same),
-              Check(f"{label}: two runs bit-identical",
-                    _same_bits(outs[0], outs[1]) and all(_same_bits(a, c) for a, c in zip(caches[0], caches[1])))]
-    if not isinstance(position, torch.Tensor) or position.dim() == 0:   # the twin takes one position
-        start = int(position)
-        qkv64 = torch.nn.functional.linear(x.double(), w.double(), b.double()).view(batch, 1, -1, head_dim)
-        q64 = _rope64(qkv64[:, :, :q_heads], cos, sin, torch.full((batch, 1), start, device=device))
-        twin = fused.torch_qkv_rope(x, w, b, *[torch.zeros_like(c) for c in caches[2]], cos, sin,
-                                    start, q_heads, kv_heads)
-        checks.append(_criterion(f"{label}: q", outs[0], twin, q64))
-    return checks
-
-
-def _qkv_rope_checks(small: bool, device, gen) -> list[Check]:
-    checks = []
-    cases = [(2, 64, 2, 2, 16, 5)] if small else [
-        (4, 4096, 32, 32, 128, 37), (2, 512, 8, 2, 128, 0), (1, 256, 4, 4, 64, 63), (3, 128, 6, 3, 80, 20)]
-    for dtype, k_splits in itertools.product(DTYPES.values(), (0,) if small else (0, *DECODE_LINEAR_K_SPLITS)):
-        for batch, k, hq, hkv, d, pos in cases:
-            checks += _qkv_rope_case(batch, k, hq, hkv, d, dtype, pos, k_splits, gen, device)
-            if not small and k_splits == 0:
-                tensor = torch.tensor(pos, dtype=torch.int32, device=device)
-                checks += _qkv_rope_case(batch, k, hq, hkv, d, dtype, tensor, 0, gen, device)
-    if not small:
-        # One position per sequence, and one past the cache (nothing written there, q zeros).
-        for positions in ([0, 9, 40], [3, 64, 10]):
-            per_seq = torch.tensor(positions, dtype=torch.int32, device=device)
-            checks += _qkv_rope_case(3, 256, 4, 2, 64, torch.bfloat16, per_seq, 0, gen, device)
-    return checks
-
-
 # --- bad input -------------------------------------------------------------------------------
 
 def _input_checks(device) -> list[Check]:
@@ -369,29 +273,6 @@ def _input_checks(device) -> list[Check]:
          lambda: ext.decode_linear(x, torch.randn(8, 64, device=device), None, None, 8), "k_splits"),
         ("decode_swiglu: 9 rows", lambda: ext.decode_swiglu(torch.randn(9, 64, device=device),
                                                             torch.randn(8, 64, device=device), None, None), "rows"),
-        ("linear_norm: norm weight of the wrong size",
-         lambda: ext.decode_linear_norm(x, torch.randn(64, 64, device=device), None, x, w[:32], None,
-                                        1e-5, False), "norm_weight"),
-        ("linear_norm: RMSNorm with a bias", lambda: fused.linear_norm(x, torch.randn(64, 64, device=device),
-                                                                       None, x, w, w, rms=True), "bias"),
-        ("linear_norm: residual of another shape",
-         lambda: ext.decode_linear_norm(x, torch.randn(64, 64, device=device), None, x[:2], w, None,
-                                        1e-5, False), "residual"),
-        ("qkv_rope: weight rows not (q_heads + 2 kv_heads) heads",
-         lambda: ext.decode_qkv_rope(x[:2, None], torch.randn(100, 64, device=device), None, *caches, cos,
-                                     sin, 0, None, 4, 2, 0), "heads"),
-        ("qkv_rope: caches of the wrong width",
-         lambda: ext.decode_qkv_rope(x[:2, None], torch.randn(256, 64, device=device), None,
-                                     caches[0][..., :32], caches[1][..., :32], cos, sin, 0, None, 4, 2, 0),
-         "caches"),
-        ("qkv_rope: position past the cache",
-         lambda: ext.decode_qkv_rope(x[:2, None], torch.randn(256, 64, device=device), None, *caches, cos,
-                                     sin, 8, None, 4, 2, 0), "fit"),
-        ("qkv_rope: head_dim 30, not a multiple of 4",
-         lambda: ext.decode_qkv_rope(x[:2, None], torch.randn(240, 64, device=device), None,
-                                     torch.zeros(2, 8, 60, device=device), torch.zeros(2, 8, 60, device=device),
-                                     cos[:, :30].contiguous(), sin[:, :30].contiguous(), 0, None, 4, 2, 0),
-         "multiple of 4"),
     ]
     return [check_raises(name, fn, (ValueError, TypeError), must_mention=word) for name, fn, word in cases]
 
@@ -439,8 +320,7 @@ def fused_small_group(args=None):
     if device is None:
         return checks, {}
     return (_norm_checks(True, device, gen) + _rope_checks(True, device, gen)
-            + _swiglu_checks(True, device, gen) + _linear_norm_checks(True, device, gen)
-            + _qkv_rope_checks(True, device, gen)), {}
+            + _swiglu_checks(True, device, gen)), {}
 
 
 def fused_group(args=None):
@@ -448,8 +328,7 @@ def fused_group(args=None):
     if device is None:
         return checks, {}
     checks = (_norm_checks(False, device, gen) + _rope_checks(False, device, gen)
-              + _swiglu_checks(False, device, gen) + _linear_norm_checks(False, device, gen)
-              + _qkv_rope_checks(False, device, gen) + _input_checks(device))
+              + _swiglu_checks(False, device, gen) + _input_checks(device))
     if all(c.passed for c in checks):
         timing_checks, metrics = _timings(device, gen)
         return checks + timing_checks, metrics

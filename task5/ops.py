@@ -26,10 +26,6 @@ and the fused kernels of a decode step (task5/fused.py, not graded):
         tables [max_len, D]), and the rotated k and v written into the caches.
     decode_swiglu(x, weight, bias=None, residual=None) -> silu(gate) * up (+ residual)
         [gate, up] = x @ weight.T (+ bias), weight the stacked [2 * width, K].
-    linear_norm(x, weight, bias, residual, norm_weight, norm_bias, eps, rms) -> (out, norm(out))
-        out = x @ weight.T (+ bias) + residual, and the next sublayer's norm of it.
-    qkv_rope(x, weight, bias, k_cache, v_cache, cos, sin, current_pos, q_heads, kv_heads) -> q
-        the qkv product of one token per sequence, then rope_append's work on its heads.
 
 Grouped-query attention: the caches may hold fewer heads than q (hidden_kv = H_kv * D, with
 H_q a multiple of H_kv); decode_attention and flash_attention then give query head h the KV
@@ -67,8 +63,6 @@ class AttentionOps:
     add_norm: Callable
     rope_append: Callable
     decode_swiglu: Callable
-    linear_norm: Callable
-    qkv_rope: Callable
 
 
 # --- our kernels ------------------------------------------------------------------------
@@ -100,7 +94,7 @@ def kernel_ops() -> AttentionOps:
     return AttentionOps("kernels", task5.allocate_kv_cache, task5.update_kv_cache,
                         task4.flash_attention, decode_attention, task5.decode_attention_bhsd,
                         task5.decode_linear, fused.add_norm, fused.rope_append,
-                        fused.decode_swiglu, fused.linear_norm, fused.qkv_rope)
+                        fused.decode_swiglu)
 
 
 def _head_views(q, k_cache, v_cache, num_heads):
@@ -214,12 +208,12 @@ def _torch_rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos):
 @cache
 def torch_ops() -> AttentionOps:
     """The same operations with PyTorch's scaled_dot_product_attention (any device)."""
-    from task5.fused import torch_add_norm, torch_linear_norm, torch_qkv_rope, torch_swiglu
+    from task5.fused import torch_add_norm, torch_swiglu
 
     return AttentionOps("torch", _torch_allocate_kv_cache, _torch_update_kv_cache,
                         _torch_flash_attention, _torch_decode_attention,
                         _torch_decode_attention_bhsd, _torch_decode_linear, torch_add_norm,
-                        _torch_rope_append, torch_swiglu, torch_linear_norm, torch_qkv_rope)
+                        _torch_rope_append, torch_swiglu)
 
 
 BACKENDS = ("auto", "kernels", "torch")

@@ -53,11 +53,6 @@ from task6.rope import RotaryEmbedding, apply_rope
 BACKENDS = ("custom", "torch")
 STYLES = ("gpt", "llama")   # LayerNorm + biases (the course model), or RMSNorm, no biases, GQA
 NORM_EPS = 1e-5
-# EXPERIMENT (A/B in one process): False runs the fused decode step as before, norm and RoPE on
-# kernels of their own.
-FUSED_LAYERS = True
-FUSE_ROPE = True
-FUSE_NORM = True
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # one (k_cache, v_cache) per layer
 
@@ -99,15 +94,6 @@ def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor, step: StepInfo) -> t
         rms = isinstance(layer, nn.RMSNorm)
         return kernels().add_norm(x, layer.weight, None if rms else layer.bias, layer.eps, rms=rms)
     return layer(x)
-
-
-def linear_norm(layer: nn.Linear, x: torch.Tensor, residual: torch.Tensor,
-                next_norm: nn.LayerNorm | nn.RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
-    """(layer(x) + residual, next_norm of that) on one kernel: the fused decode path's residual
-    products, the norm in the product's last block (task5/fused.py)."""
-    rms = isinstance(next_norm, nn.RMSNorm)
-    return kernels().linear_norm(x, layer.weight, layer.bias, residual, next_norm.weight,
-                                 None if rms else next_norm.bias, next_norm.eps, rms=rms)
 
 
 def make_norm(hidden_dim: int, style: str) -> nn.Module:
@@ -235,39 +221,6 @@ class DecoderLayer(nn.Module):
     def forward(self, x, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
         x = self.attn(norm(self.ln1, x, step), k_cache, v_cache, step, residual=x)  # x + attn(ln1(x))
         return self.mlp(norm(self.ln2, x, step), step, residual=x)                 # x + mlp(ln2(x))
-
-    def decode_fused(self, x, x_ln1, k_cache, v_cache, step: StepInfo, next_norm: nn.Module):
-        """The same layer in a fused decode step, 4 kernels: x_ln1 = ln1(x) arrives from the
-        product before, and the layer returns (x, next_norm(x)) for the one after.
-
-        qkv_proj rotates q and k and appends k and v to the cache in its epilogue (no RoPE
-        kernel); the residual products (o_proj, down_proj) normalise their output rows for the
-        norm that follows (ln2, then the next layer's ln1 or ln_f) in their last block (no norm
-        kernel). task5/fused.py has the kernels and their PyTorch twins.
-        """
-        ops, attn, mlp = kernels(), self.attn, self.mlp
-        if FUSE_ROPE:
-            q = ops.qkv_rope(x_ln1, attn.qkv_proj.weight, attn.qkv_proj.bias, k_cache, v_cache,
-                             step.rope.cos, step.rope.sin, step.current_pos, attn.num_heads,
-                             attn.num_kv_heads)
-        else:
-            heads, kv_heads = attn.num_heads, attn.num_kv_heads
-            qkv = linear(attn.qkv_proj, x_ln1, step).view(x.shape[0], 1, heads + 2 * kv_heads, -1)
-            q = ops.rope_append(qkv[:, :, :heads], qkv[:, :, heads:heads + kv_heads],
-                                qkv[:, :, heads + kv_heads:], k_cache, v_cache, step.rope.cos,
-                                step.rope.sin, step.current_pos)
-        out = ops.decode_attention(q.view(x.shape[0], 1, -1), k_cache, v_cache, attn.num_heads,
-                                   step.seq_len)
-        if FUSE_NORM:
-            x, x_ln2 = linear_norm(attn.o_proj, out, x, self.ln2)                  # x + attn(ln1(x))
-        else:
-            x = linear(attn.o_proj, out, step, x)
-            x_ln2 = norm(self.ln2, x, step)
-        hidden = ops.decode_swiglu(x_ln2, mlp.gate_up_proj.weight, mlp.gate_up_proj.bias)
-        if FUSE_NORM:
-            return linear_norm(mlp.down_proj, hidden, x, next_norm)               # x + mlp(ln2(x))
-        x = linear(mlp.down_proj, hidden, step, x)
-        return x, norm(next_norm, x, step)
 
 
 class customModel(nn.Module):
@@ -424,19 +377,9 @@ class customModel(nn.Module):
         step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=current_pos,
                         seq_len=current_pos + seq, rope=self.rope, cos=cos, sin=sin, fused=fused)
         x = self.embed(tokens)
-        if fused and FUSED_LAYERS:
-            # Each layer hands the next its input already normalised (DecoderLayer.decode_fused):
-            # one norm kernel for the first layer's ln1, none after.
-            x_normed = norm(self.layers[0].ln1, x, step)
-            next_norms = [layer.ln1 for layer in self.layers[1:]] + [self.ln_f]
-            for layer, (k_cache, v_cache), next_norm in zip(self.layers, kv_cache, next_norms,
-                                                            strict=True):
-                x, x_normed = layer.decode_fused(x, x_normed, k_cache, v_cache, step, next_norm)
-            x = x_normed
-        else:
-            for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
-                x = layer(x, k_cache, v_cache, step)
-            x = norm(self.ln_f, x, step)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
+            x = layer(x, k_cache, v_cache, step)
+        x = norm(self.ln_f, x, step)
         if last_logits_only:
             x = x[:, -1:]
         return linear(self.lm_head, x, step), kv_cache

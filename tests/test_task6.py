@@ -308,19 +308,6 @@ class FakeKernels:
         self.calls.append("decode_swiglu")
         return torch_ops().decode_swiglu(x, weight, bias, residual)
 
-    def linear_norm(self, x, weight, bias, residual, norm_weight, norm_bias=None, eps=1e-5, rms=False):
-        assert x.numel() // x.shape[-1] <= 8 and residual.shape[-1] == weight.shape[0] == norm_weight.shape[0]
-        self.calls.append("linear_norm")
-        return torch_ops().linear_norm(x, weight, bias, residual, norm_weight, norm_bias, eps, rms)
-
-    def qkv_rope(self, x, weight, bias, k_cache, v_cache, cos, sin, current_pos, q_heads, kv_heads):
-        pos = self._position(current_pos)
-        assert x.dim() == 3 and x.shape[1] == 1 and weight.shape[0] % (q_heads + 2 * kv_heads) == 0
-        assert cos.dtype == sin.dtype == torch.float32 and 0 <= pos < min(k_cache.shape[1], cos.shape[0])
-        self.calls.append("qkv_rope")
-        return torch_ops().qkv_rope(x, weight, bias, k_cache, v_cache, cos, sin, current_pos, q_heads,
-                                    kv_heads).contiguous()
-
     def decode_linear(self, x, weight, bias=None, residual=None):
         # Only in decode steps (a few rows); not logged, so `calls` lists the attention only.
         assert x.numel() // x.shape[-1] <= 8 and x.shape[-1] == weight.shape[1]
@@ -358,15 +345,14 @@ def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
 
 
 def test_fused_decode_calls_the_fused_kernels(fake_kernels):
-    """The default decode on our kernels: the first layer's norm, then per layer the qkv
-    product with RoPE + cache append, the decode, o_proj with the next norm, SwiGLU, the down
-    projection with the next norm; the prefill is the course's path."""
+    """The default decode on our kernels: per layer one norm, RoPE + cache append, the
+    decode, one norm, SwiGLU (plus the final norm); the prefill is the course's path."""
     model = tiny_model()
     _custom_generation_matches_torch(model)
     per_layer = TINY.layers
     assert fake_kernels.calls[:2 * per_layer] == ["update_kv_cache", "flash_attention"] * per_layer
-    step = ["qkv_rope", "decode_attention", "linear_norm", "decode_swiglu", "linear_norm"] * per_layer
-    assert fake_kernels.calls[2 * per_layer:] == (["add_norm"] + step) * 4
+    step = ["add_norm", "rope_append", "decode_attention", "add_norm", "decode_swiglu"] * per_layer
+    assert fake_kernels.calls[2 * per_layer:] == (step + ["add_norm"]) * 4
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -422,7 +408,7 @@ def test_llama_style_runs_through_the_custom_branch(fake_kernels, fused):
     model = llama_model()
     model.fused_decode = fused
     _custom_generation_matches_torch(model)
-    assert ("qkv_rope" in fake_kernels.calls) == ("linear_norm" in fake_kernels.calls) == fused
+    assert ("rope_append" in fake_kernels.calls) == fused
 
 
 # --- the fused kernels' PyTorch twins (task5/ops.py): what the kernels are tested against ---------
