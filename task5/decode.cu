@@ -514,12 +514,50 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
     weight[s] = weight[s] == -INFINITY ? 0.f : exp2f(weight[s] - m_max);
   __syncthreads();  // publishes weight[]
 
-  // 16 loads in flight per thread: a few L2 round trips for any split count we launch.
+  // The weighted sum of the partial rows. Up to 16 splits: each thread sums its elements d
+  // over every split, 16 loads in flight (one L2 round trip). More splits (a short context
+  // with few heads: 64 at B 1, H 8, 4096 keys): warp w sums 16-byte pieces (4 elements d, one
+  // per lane) of splits w, w + 4, ..., 16 loads in flight per lane, and the warps' sums are
+  // added in shared memory, so 64 splits are one round trip instead of four. (Measured against
+  // the per-element loop in one process: faster at 64 splits, slower at 16; task6/NOTES.md.)
+  constexpr int kLoadsInFlight = 16;
+  __shared__ float4 warp_o[WARPS_PER_BLOCK][WARP_SIZE];
+  const bool by_pieces = num_splits > kLoadsInFlight && head_dim % 4 == 0 &&
+                         head_dim <= 4 * WARP_SIZE && warps == WARPS_PER_BLOCK &&
+                         reinterpret_cast<uintptr_t>(o_split) % 16 == 0;
+  if (by_pieces) {
+    constexpr int kInFlight = kLoadsInFlight;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (lane < head_dim / 4) {
+      for (int base = warp; base < num_splits; base += WARPS_PER_BLOCK * kInFlight) {
+        float4 v[kInFlight];
+#pragma unroll
+        for (int j = 0; j < kInFlight; ++j) {
+          const int s = base + j * WARPS_PER_BLOCK;
+          v[j] = s < num_splits ? __ldcg(reinterpret_cast<const float4*>(o_split + static_cast<int64_t>(s) * head_dim) + lane)
+                                : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < kInFlight; ++j) {
+          const int s = base + j * WARPS_PER_BLOCK;
+          const float w = s < num_splits ? weight[s] : 0.f;
+          o = make_float4(fmaf(w, v[j].x, o.x), fmaf(w, v[j].y, o.y), fmaf(w, v[j].z, o.z), fmaf(w, v[j].w, o.w));
+        }
+      }
+    }
+    warp_o[warp][lane] = o;
+    __syncthreads();
+  }
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.f;
+    if (by_pieces) {
+#pragma unroll
+      for (int w = 0; w < WARPS_PER_BLOCK; ++w) o += reinterpret_cast<const float*>(&warp_o[w][d / 4])[d % 4];
+    } else {
 #pragma unroll 16
-    for (int s = 0; s < num_splits; ++s)
-      o = fmaf(weight[s], __ldcg(o_split + static_cast<int64_t>(s) * head_dim + d), o);
+      for (int s = 0; s < num_splits; ++s)
+        o = fmaf(weight[s], __ldcg(o_split + static_cast<int64_t>(s) * head_dim + d), o);
+    }
     out_row[d] = from_float<T>(l_total > 0.f ? o / l_total : 0.f);  // no visible key: 0
   }
   // END SOLUTION
@@ -544,14 +582,11 @@ template <typename T>
 __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
   __shared__ bool is_last;
   const int64_t bh = blockIdx.x;
-  __threadfence();  // this block's partial is visible to every block before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0)
-    is_last = atomicAdd(p.split_counters + bh, 1) == p.num_splits - 1;
+  __syncthreads();  // the block's partial is written
+  if (threadIdx.x == 0) is_last = attn::count_block_is_last(p.split_counters + bh, p.num_splits);
   __syncthreads();
   if (!is_last) return;
-  __threadfence();  // the other blocks' partials, counted before ours, are read after this
-  merge_head_splits(p, bh);
+  merge_head_splits(p, bh);  // the other blocks' partials are visible since the count
   if (threadIdx.x == 0) p.split_counters[bh] = 0;
 }
 
@@ -649,6 +684,9 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   merge_key_groups<LANES_PER_KEY, ELEMS>(m, l, acc);
   merge_warps_and_write<T, VEC, LANES_PER_KEY, CHUNKS>(p, m, l, acc, b, h);
   // END SOLUTION
+  // The cache is read: a kernel launched overlapped after this one (task 6's o_proj) may now be
+  // scheduled into the merge below; it waits for this kernel to finish before it reads.
+  attn::let_next_kernel_start();
   if (p.num_splits > 1 && p.split_counters != nullptr) merge_in_last_block(p);
 }
 
