@@ -161,8 +161,7 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
 template <typename T, int M, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                     const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     int prefetch_epilogue) {
+                     const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -191,19 +190,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
-  // The epilogue's operands into L2 while the weights stream, so that the end of the kernel
-  // does not wait on a trip to memory: the bias (constant: before the wait), the residual.
-  const bool prefetcher = prefetch_epilogue != 0 && lane == 0 && k_part == 0 && row0 < N;
-  if (prefetcher && bias != nullptr) {
-    asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(bias + row0));
-    if constexpr (kGated) asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(bias + N + row0));
-  }
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
-  if (prefetcher && residual != nullptr) {
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(residual + static_cast<int64_t>(m) * N + row0));
-  }
 
   float acc[kRowsPerWarp][M];
 #pragma unroll
@@ -282,13 +269,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
-// EXPERIMENT: ATTN_DECODE_LINEAR_PREFETCH=1 (read on every call) prefetches the epilogue's
-// operands.
-int prefetch_epilogue() {
-  const char* env = std::getenv("ATTN_DECODE_LINEAR_PREFETCH");
-  return env != nullptr && env[0] == '1' ? 1 : 0;
-}
-
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
@@ -300,7 +280,7 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
                             decode_linear_kernel<T, M, kGated, kSplits>, dim3(blocks),
                             dim3(kThreads), stream, reinterpret_cast<const T*>(x.data_ptr()),
                             reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                            reinterpret_cast<T*>(out.data_ptr()), N, K, prefetch_epilogue());
+                            reinterpret_cast<T*>(out.data_ptr()), N, K);
   };
   switch (k_splits) {
     case 1: launch_split(std::integral_constant<int, 1>{}); break;
