@@ -526,22 +526,23 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
                          head_dim <= 4 * WARP_SIZE && warps == WARPS_PER_BLOCK &&
                          reinterpret_cast<uintptr_t>(o_split) % 16 == 0;
   if (by_pieces) {
-    constexpr int kInFlight = kLoadsInFlight;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     if (lane < head_dim / 4) {
-      for (int base = warp; base < num_splits; base += WARPS_PER_BLOCK * kInFlight) {
-        float4 v[kInFlight];
+      for (int base = warp; base < num_splits; base += WARPS_PER_BLOCK * kLoadsInFlight) {
+        float4 piece[kLoadsInFlight];  // all loaded before any is used: a fixed count
 #pragma unroll
-        for (int j = 0; j < kInFlight; ++j) {
+        for (int j = 0; j < kLoadsInFlight; ++j) {
           const int s = base + j * WARPS_PER_BLOCK;
-          v[j] = s < num_splits ? __ldcg(reinterpret_cast<const float4*>(o_split + static_cast<int64_t>(s) * head_dim) + lane)
-                                : make_float4(0.f, 0.f, 0.f, 0.f);
+          const float* row = o_split + static_cast<int64_t>(s) * head_dim;
+          piece[j] = s < num_splits ? __ldcg(reinterpret_cast<const float4*>(row) + lane)
+                                    : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
-        for (int j = 0; j < kInFlight; ++j) {
+        for (int j = 0; j < kLoadsInFlight; ++j) {
           const int s = base + j * WARPS_PER_BLOCK;
           const float w = s < num_splits ? weight[s] : 0.f;
-          o = make_float4(fmaf(w, v[j].x, o.x), fmaf(w, v[j].y, o.y), fmaf(w, v[j].z, o.z), fmaf(w, v[j].w, o.w));
+          o = make_float4(fmaf(w, piece[j].x, o.x), fmaf(w, piece[j].y, o.y),
+                          fmaf(w, piece[j].z, o.z), fmaf(w, piece[j].w, o.w));
         }
       }
     }
@@ -552,7 +553,8 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
     float o = 0.f;
     if (by_pieces) {
 #pragma unroll
-      for (int w = 0; w < WARPS_PER_BLOCK; ++w) o += reinterpret_cast<const float*>(&warp_o[w][d / 4])[d % 4];
+      for (int w = 0; w < WARPS_PER_BLOCK; ++w)
+        o += reinterpret_cast<const float*>(&warp_o[w][d / 4])[d % 4];  // in warp order
     } else {
 #pragma unroll 16
       for (int s = 0; s < num_splits; ++s)
