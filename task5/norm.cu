@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -99,12 +100,24 @@ template <typename T, bool kRms>
 __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ residual,
                             const T* __restrict__ weight, const T* __restrict__ bias,
                             T* __restrict__ out, T* __restrict__ residual_out, int hidden,
-                            float eps) {
+                            float eps, int prefetch_constants) {
   __shared__ float scratch[kMaxThreads / 32];
-  attn::wait_for_previous_kernel();  // x and residual come from the kernel before
-  attn::let_next_kernel_start();
   constexpr int kElems = Piece<T>::kElems;
   const int pieces = hidden / kElems;
+  // The weight and bias do not depend on the kernel before: this thread's pieces are fetched
+  // into the SM's L1 while that kernel finishes, so the last step below does not wait on a trip
+  // to memory (ATTN_NORM_PREFETCH=0 switches it off, to measure it: task6/NOTES.md).
+  if (prefetch_constants) {
+#pragma unroll
+    for (int p = 0; p < kMaxPiecesPerThread; ++p) {
+      const int piece = threadIdx.x + p * blockDim.x;
+      if (piece >= pieces) break;
+      asm volatile("prefetch.global.L1 [%0];\n" ::"l"(weight + piece * kElems));
+      if (bias != nullptr) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bias + piece * kElems));
+    }
+  }
+  attn::wait_for_previous_kernel();  // x and residual come from the kernel before
+  attn::let_next_kernel_start();
   const int64_t row_start = static_cast<int64_t>(blockIdx.x) * hidden;
 
   // Load the row (and add the residual): piece p of this thread is threadIdx.x + p * blockDim.x.
@@ -179,6 +192,13 @@ T* data_or_null(const std::optional<torch::Tensor>& t) {
   return t.has_value() ? reinterpret_cast<T*>(t->data_ptr()) : nullptr;
 }
 
+// ATTN_NORM_PREFETCH=0 (read on every call) leaves the weight and bias to be loaded where they
+// are used, as the kernel did before.
+int prefetch_constants() {
+  const char* env = std::getenv("ATTN_NORM_PREFETCH");
+  return env != nullptr && env[0] == '0' ? 0 : 1;
+}
+
 template <typename T>
 void launch(const torch::Tensor& x, const std::optional<torch::Tensor>& residual,
             const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
@@ -195,7 +215,7 @@ void launch(const torch::Tensor& x, const std::optional<torch::Tensor>& residual
   const dim3 grid(static_cast<unsigned>(rows));
   attn::launch_overlapped("norm_kernel", rms ? norm_kernel<T, true> : norm_kernel<T, false>, grid,
                           dim3(threads), stream, x_ptr, res_ptr, w_ptr, bias_ptr, out_ptr,
-                          res_out_ptr, hidden, eps);
+                          res_out_ptr, hidden, eps, prefetch_constants());
 }
 
 void check_row_vector(const torch::Tensor& t, const char* name, const torch::Tensor& x,
