@@ -19,7 +19,8 @@
 // Tile shape: one block per row; the row's 16-byte pieces spread over the block, about 4
 // per thread (a whole number of warps, 32 to 1024 threads: short rows do not idle threads),
 // at most kMaxPiecesPerThread each (rows up to 32768 fp32 or 65536 fp16/bf16 features).
-// Launched overlapped (device_values.cuh): on Hopper it starts while the kernel before it finishes.
+// Launched overlapped (device_values.cuh): on Hopper it starts while the kernel before it finishes,
+// and fetches its weight and bias (constant) meanwhile.
 //
 // Measured: task 6's decode step (TBT and its per-kernel profile) in Results.md.
 
