@@ -553,8 +553,8 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
     float o = 0.f;
     if (by_pieces) {
 #pragma unroll
-      for (int w = 0; w < WARPS_PER_BLOCK; ++w)
-        o += reinterpret_cast<const float*>(&warp_o[w][d / 4])[d % 4];  // in warp order
+      for (int from = 0; from < WARPS_PER_BLOCK; ++from)  // in warp order
+        o += reinterpret_cast<const float*>(&warp_o[from][d / 4])[d % 4];
     } else {
 #pragma unroll 16
       for (int s = 0; s < num_splits; ++s)
@@ -580,12 +580,30 @@ __device__ __forceinline__ void merge_head_splits(const DecodeParams<T>& p, int6
 // that arrives last (it sees num_splits - 1) merges every split in split order, so the
 // result does not depend on which block that is, and resets the counter for the next decode.
 // At short contexts this saves the combine kernel's launch, about as long as the work.
+// Called by thread 0 after a __syncthreads() that follows the block's writes: publishes them,
+// counts the block on *counter, and answers whether it was the last of `blocks` (after which
+// the other blocks' writes are visible to it). One thread fences, acquire-release, instead of a
+// __threadfence() (sequentially consistent) in every thread: task 6's bf16 decode step was
+// slightly faster so (task6/NOTES.md). fence.acq_rel needs Volta (sm_70) or later.
+__device__ __forceinline__ bool count_block_is_last(int* counter, int blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
+  const bool last = atomicAdd(counter, 1) == blocks - 1;
+  if (last) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the count, then their writes
+#else
+  __threadfence();
+  const bool last = atomicAdd(counter, 1) == blocks - 1;
+  if (last) __threadfence();
+#endif
+  return last;
+}
+
 template <typename T>
 __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
   __shared__ bool is_last;
   const int64_t bh = blockIdx.x;
   __syncthreads();  // the block's partial is written
-  if (threadIdx.x == 0) is_last = attn::count_block_is_last(p.split_counters + bh, p.num_splits);
+  if (threadIdx.x == 0) is_last = count_block_is_last(p.split_counters + bh, p.num_splits);
   __syncthreads();
   if (!is_last) return;
   merge_head_splits(p, bh);  // the other blocks' partials are visible since the count

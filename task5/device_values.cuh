@@ -92,21 +92,6 @@ __device__ __forceinline__ void let_next_kernel_start() {
 #endif
 }
 
-// "The last block to finish does X": called by thread 0 of a block after a __syncthreads()
-// that follows the block's writes. Publishes them and counts the block on *counter; true in
-// the block whose count brings it to `blocks` (its other threads learn it through shared
-// memory and a second barrier, after which the other blocks' writes are visible to them).
-// One thread fences, acquire-release, instead of a __threadfence() (a sequentially
-// consistent fence) in every thread: task 6's bf16 decode step was slightly faster so
-// (task6/NOTES.md).
-template <typename Counter>
-__device__ __forceinline__ bool count_block_is_last(Counter* counter, unsigned blocks) {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
-  const bool last = static_cast<unsigned>(atomicAdd(counter, Counter{1})) == blocks - 1;
-  if (last) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the count, then their writes
-  return last;
-}
-
 inline bool overlapped_launches_enabled() {
   static const bool switched_off = [] {
     const char* env = std::getenv("ATTN_OVERLAP_LAUNCHES");

@@ -195,7 +195,7 @@ T* data_or_null(const std::optional<torch::Tensor>& t) {
 
 // ATTN_NORM_PREFETCH=0 (read on every call) leaves the weight and bias to be loaded where they
 // are used, as the kernel did before.
-int prefetch_constants() {
+int norm_prefetch_enabled() {
   const char* env = std::getenv("ATTN_NORM_PREFETCH");
   return env != nullptr && env[0] == '0' ? 0 : 1;
 }
@@ -216,7 +216,7 @@ void launch(const torch::Tensor& x, const std::optional<torch::Tensor>& residual
   const dim3 grid(static_cast<unsigned>(rows));
   attn::launch_overlapped("norm_kernel", rms ? norm_kernel<T, true> : norm_kernel<T, false>, grid,
                           dim3(threads), stream, x_ptr, res_ptr, w_ptr, bias_ptr, out_ptr,
-                          res_out_ptr, hidden, eps, prefetch_constants());
+                          res_out_ptr, hidden, eps, norm_prefetch_enabled());
 }
 
 void check_row_vector(const torch::Tensor& t, const char* name, const torch::Tensor& x,
