@@ -208,6 +208,9 @@ struct DecodeParams {
   // num_splits > 1, when not null: one zeroed counter per (batch, head). The last block of a
   // head to finish merges the splits itself (merge_in_last_block), so no combine kernel runs.
   int* split_counters;
+  // Beyond the course (given): the K and V rows of its split each block asks L2 for before it
+  // waits for the kernel before it (prefetch_first_keys); 0: none.
+  int prefetch_keys;
 };
 
 // The steps of the decode kernel, one device function each: q into registers, a warp step's
@@ -610,11 +613,45 @@ __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
   if (threadIdx.x == 0) p.split_counters[bh] = 0;
 }
 
+// Beyond the course (given). Launched overlapped (task 6's decode step), the split kernel starts
+// while the kernel before it, RoPE + cache append, is still running: a few microseconds in
+// which HBM has nothing to do. Meanwhile each block asks L2 for the first p.prefetch_keys K and
+// V rows of its split, one bulk prefetch per row (no registers), so that its first loads after
+// the wait come from L2. This is safe before the wait for any row, the one being appended
+// included: a prefetch only copies HBM into L2, and every write lands in L2, so no load can see
+// an older value because of it. The length is read from L2 too (__ldcg), only to bound the rows.
+// The host sets prefetch_keys only for the 16-byte path (rows 16-byte aligned, whole pieces).
+template <typename T>
+__device__ __forceinline__ void prefetch_first_keys(const DecodeParams<T>& p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.prefetch_keys <= 0) return;
+  const int b = blockIdx.x / p.heads;
+  const int h = blockIdx.x % p.heads;
+  const RuntimeInt& len = p.seq_len;
+  const int64_t seq_len = clamp64(
+      len.device_values != nullptr ? __ldcg(len.device_values + b * len.stride) : len.host_value,
+      0, p.max_seq_len);
+  const int64_t key_begin = static_cast<int64_t>(blockIdx.y) * p.keys_per_split;
+  const int64_t key_end =
+      min64(key_begin + min64(p.prefetch_keys, p.keys_per_split), seq_len);
+  const unsigned row_bytes = static_cast<unsigned>(p.head_dim * sizeof(T));
+  for (int64_t row = threadIdx.x; row < 2 * (key_end - key_begin); row += blockDim.x) {
+    const int64_t key = key_begin + row / 2;
+    const T* ptr = row % 2 == 0 ? p.k + b * p.k_stride_b + h * p.k_stride_h + key * p.k_stride_s
+                                : p.v + b * p.v_stride_b + h * p.v_stride_h + key * p.v_stride_s;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(row_bytes)
+                 : "memory");
+  }
+#endif
+}
+
 // grid (B*H, num_splits), WARPS_PER_BLOCK warps. The host guarantees LANES_PER_KEY * VEC *
 // CHUNKS >= head_dim and, when VEC > 1, 16-byte alignment and head_dim % VEC == 0.
 template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
 __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
     decode_split_kernel(const DecodeParams<T> p) {
+  prefetch_first_keys(p);               // given: while the kernel before finishes
+  attn::wait_for_previous_kernel();     // given: q and the newest key come from it
   // BEGIN SOLUTION kernel
   // HINT: Block (bh, split) handles keys [split * keys_per_split, +keys_per_split) clipped to
   // HINT: seq_len (read it with p.seq_len.at(b), clamp it to [0, max_seq_len]); a causal flag
@@ -1066,25 +1103,35 @@ int* split_counters(cudaStream_t stream, int64_t count) {
   return buffers[device];
 }
 
+// How many K and V rows of its split each block asks L2 for before its wait (prefetch_first_keys):
+// ATTN_DECODE_PREFETCH_KEYS, read on every call so that one process can compare settings;
+// without it, kDefaultPrefetchKeys. Only an overlapped launch has a kernel before it to wait for.
+int decode_prefetch_keys() {
+  constexpr int kDefaultPrefetchKeys = 32;
+  if (!attn::overlapped_launches_enabled()) return 0;
+  const char* env = std::getenv("ATTN_DECODE_PREFETCH_KEYS");
+  return env != nullptr ? std::max(0, std::atoi(env)) : kDefaultPrefetchKeys;
+}
+
 template <typename T>
-void launch_split_kernel(const DecodeParams<T>& p, dim3 grid, cudaStream_t stream, bool wide) {
+void launch_split_kernel(DecodeParams<T> p, dim3 grid, cudaStream_t stream, bool wide) {
   constexpr int VEC = 16 / sizeof(T);  // 8 fp16/bf16 or 4 fp32 elements = 16 bytes
+  const dim3 block(THREADS_PER_BLOCK);
   if (!wide) {  // scalar loads: 32 lanes per key, 4 chunks cover head_dim <= 128
-    decode_split_kernel<T, 1, WARP_SIZE, MAX_HEAD_DIM / WARP_SIZE>
-        <<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
+    p.prefetch_keys = 0;  // the bulk prefetch needs 16-byte rows
+    attn::launch_overlapped("decode_split_kernel",
+                            decode_split_kernel<T, 1, WARP_SIZE, MAX_HEAD_DIM / WARP_SIZE>, grid,
+                            block, stream, p);
     return;
   }
+  p.prefetch_keys = decode_prefetch_keys();
   // The fewest lanes (a power of two, at least 4) whose 16-byte packs cover head_dim.
   const int lanes_needed = attn::ceil_div(p.head_dim, VEC);
-  if (lanes_needed <= 4) {
-    decode_split_kernel<T, VEC, 4, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
-  } else if (lanes_needed <= 8) {
-    decode_split_kernel<T, VEC, 8, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
-  } else if (lanes_needed <= 16) {
-    decode_split_kernel<T, VEC, 16, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
-  } else {  // fp32, head_dim in (64, 128]: 32 lanes x 4 elements
-    decode_split_kernel<T, VEC, 32, 1><<<grid, THREADS_PER_BLOCK, 0, stream>>>(p);
-  }
+  auto kernel = lanes_needed <= 4    ? decode_split_kernel<T, VEC, 4, 1>
+                : lanes_needed <= 8  ? decode_split_kernel<T, VEC, 8, 1>
+                : lanes_needed <= 16 ? decode_split_kernel<T, VEC, 16, 1>
+                                     : decode_split_kernel<T, VEC, 32, 1>;  // fp32, D in (64, 128]
+  attn::launch_overlapped("decode_split_kernel", kernel, grid, block, stream, p);
 }
 
 // The decode pipeline for one dtype. q/out [B, H, 1, D], k/v [B, H, S_max, D], validated.

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -62,6 +63,7 @@ struct RopeAppendParams {
   int seq, q_heads, kv_heads, head_dim;
   int64_t max_position;  // min(cache length, table length): positions must be below it
   RuntimeInt current_pos;
+  bool prefetch_tables;  // prefetch_table_rows before the wait (ATTN_ROPE_PREFETCH=0: off)
 };
 
 // (x1, x2) rotated by the angle whose cosine and sine are (c, s), rounded as task 6's
@@ -73,8 +75,30 @@ __device__ __forceinline__ float2 rotate(float x1, float x2, float c, float s) {
   return make_float2(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)), fmaf(x1, s, __fmul_rn(x2, c)));
 }
 
+// The cos and sin rows of this block's token, fetched into L1 while the kernel before finishes,
+// so that the rotation after the wait does not wait on memory for them (between two layers,
+// the weights streamed through L2 have pushed them out). The tables are constant; the position
+// is read from L2 (__ldcg, not kept in L1) only to choose the rows, and is read again after the
+// wait, so a position still being written costs only a useless prefetch.
+__device__ __forceinline__ void prefetch_table_rows(const RopeAppendParams& p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kLineFloats = 128 / sizeof(float);
+  const int lines_per_row = (p.head_dim + kLineFloats - 1) / kLineFloats;
+  if (!p.prefetch_tables || threadIdx.x >= 2 * lines_per_row) return;
+  const int64_t b = blockIdx.x / p.seq, s = blockIdx.x % p.seq;
+  const RuntimeInt& pos = p.current_pos;
+  const int64_t position =
+      (pos.device_values != nullptr ? __ldcg(pos.device_values + b * pos.stride) : pos.host_value) + s;
+  if (position < 0 || position >= p.max_position) return;
+  const float* table = threadIdx.x < lines_per_row ? p.cos : p.sin;
+  const float* line = table + position * p.head_dim + (threadIdx.x % lines_per_row) * kLineFloats;
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(line) : "memory");
+#endif
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendParams p) {
+  prefetch_table_rows(p);
   attn::wait_for_previous_kernel();  // q, k, v and the position come from the kernels before
   attn::let_next_kernel_start();
   const int half = p.head_dim / 2;
@@ -210,6 +234,8 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   p.head_dim = static_cast<int>(head_dim);
   p.max_position = max_position;
   p.current_pos = attn::runtime_int(current_pos, current_pos_tensor, "current_pos", batch, q.device());
+  const char* prefetch = std::getenv("ATTN_ROPE_PREFETCH");  // read per call: one process compares
+  p.prefetch_tables = prefetch == nullptr || prefetch[0] != '0';
 
   const c10::cuda::CUDAGuard guard(q.device());
   const dim3 grid(static_cast<unsigned>(batch * seq), static_cast<unsigned>(blocks_per_token));
