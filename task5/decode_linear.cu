@@ -53,6 +53,7 @@
 #include <cuda_fp16.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -120,6 +121,14 @@ __device__ __forceinline__ uint4 load_streaming(const void* ptr) {
 using attn::from_float;
 using attn::to_float;
 
+// Ask L2 for `bytes` (a multiple of 16) at ptr (16-byte aligned), holding no registers: one
+// request to the SM's bulk-copy unit (Hopper; nothing before it).
+__device__ __forceinline__ void prefetch_to_l2(const void* ptr, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(bytes) : "memory");
+#endif
+}
+
 // One step along K for one lane: its kRowsPerWarp pieces of W (already loaded) times the
 // matching pieces of the M rows of x (ordinary loads: every warp reads all of x, so L1 serves
 // it), accumulated in fp32.
@@ -161,7 +170,8 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
 template <typename T, int M, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                     const T* __restrict__ residual, T* __restrict__ out, int N, int K) {
+                     const T* __restrict__ residual, T* __restrict__ out, int N, int K,
+                     int prefetch_blocks, unsigned prefetch_bytes) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -190,6 +200,15 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
+  // The first wave of blocks (blockIdx.x < prefetch_blocks, resident while the kernel before,
+  // often a norm, still runs and HBM idles) asks L2 for the first prefetch_bytes of its rows:
+  // the weights do not depend on that kernel. Later blocks start mid-stream: nothing to fill.
+  if (blockIdx.x < prefetch_blocks && k_part == 0) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (lane == r) prefetch_to_l2(w_rows[r], prefetch_bytes);
+    }
+  }
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
 
   float acc[kRowsPerWarp][M];
@@ -269,6 +288,27 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
+// The first-wave prefetch of a launch: how many blocks fit on the GPU at once (they are
+// resident before the kernel before ends), and how many bytes of each weight row they ask L2
+// for: ATTN_DECODE_LINEAR_PREFETCH rounds of kUnroll steps of the row group (read on every
+// call, so that one process can compare; 0 switches it off), by default kPrefetchRounds.
+struct FirstWavePrefetch {
+  int blocks;
+  unsigned bytes;
+};
+
+FirstWavePrefetch first_wave_prefetch(int blocks_per_sm, int64_t row_bytes, int k_splits) {
+  constexpr int kPrefetchRounds = 1;
+  if (!attn::overlapped_launches_enabled()) return {0, 0};  // no kernel before to overlap
+  const char* env = std::getenv("ATTN_DECODE_LINEAR_PREFETCH");
+  const int rounds = env != nullptr ? std::max(0, std::atoi(env)) : kPrefetchRounds;
+  const int64_t bytes = std::min<int64_t>(row_bytes, int64_t{rounds} * kUnroll * k_splits * 512);
+  int sms = 0, device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return {bytes > 0 ? blocks_per_sm * sms : 0, static_cast<unsigned>(bytes)};
+}
+
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
@@ -276,11 +316,19 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
     constexpr int kSplits = decltype(splits)::value;
     const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
     const int blocks = attn::ceil_div(N, features_per_block);
+    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits>;
+    static const int blocks_per_sm = [&] {  // once per kernel (the GPUs of a machine alike)
+      int count = 0;
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, 0));
+      return count;
+    }();
+    const FirstWavePrefetch prefetch = first_wave_prefetch(blocks_per_sm, K * sizeof(T), kSplits);
     attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
-                            decode_linear_kernel<T, M, kGated, kSplits>, dim3(blocks),
-                            dim3(kThreads), stream, reinterpret_cast<const T*>(x.data_ptr()),
+                            kernel, dim3(blocks), dim3(kThreads), stream,
+                            reinterpret_cast<const T*>(x.data_ptr()),
                             reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                            reinterpret_cast<T*>(out.data_ptr()), N, K);
+                            reinterpret_cast<T*>(out.data_ptr()), N, K, prefetch.blocks,
+                            prefetch.bytes);
   };
   switch (k_splits) {
     case 1: launch_split(std::integral_constant<int, 1>{}); break;
