@@ -217,8 +217,18 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   }
-#pragma unroll kUnroll
-  for (; k < K; k += k_step) {
+  // Rounds of kUnroll steps: every weight load of a round is issued before any is used.
+  for (; k + (kUnroll - 1) * k_step < K; k += kUnroll * k_step) {
+    Pack<T> wp[kUnroll][kRowsPerWarp];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) wp[u][r].raw = load_streaming(w_rows[r] + k + u * k_step);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) accumulate_step<T, M>(acc, wp[u], x, K, k + u * k_step);
+  }
+  for (; k < K; k += k_step) {  // the steps left over
     Pack<T> wp[kRowsPerWarp];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
