@@ -167,7 +167,7 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
 // stride along K is a constant: with a run-time stride every unrolled load needed its own
 // address arithmetic, and the bf16 step (the most instructions per byte) lost what the split
 // gained (task6/NOTES.md).
-template <typename T, int M, bool kGated, int kSplits>
+template <typename T, int M, bool kGated, int kSplits, int kLoop>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K,
@@ -203,7 +203,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   // The first wave of blocks (blockIdx.x < prefetch_blocks, resident while the kernel before,
   // often a norm, still runs and HBM idles) asks L2 for the first prefetch_bytes of its rows:
   // the weights do not depend on that kernel. Later blocks start mid-stream: nothing to fill.
-  if (blockIdx.x < prefetch_blocks && k_part == 0) {
+  if (kLoop != 0 && blockIdx.x < prefetch_blocks && k_part == 0) {
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       if (lane == r) prefetch_to_l2(w_rows[r], prefetch_bytes);
@@ -217,6 +217,15 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   }
+  if constexpr (kLoop == 0) {
+#pragma unroll kUnroll
+  for (; k < K; k += k_step) {
+    Pack<T> wp[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
+    accumulate_step<T, M>(acc, wp, x, K, k);
+  }
+  } else if constexpr (kLoop == 1) {
   // Rounds of kUnroll steps: every weight load of a round is issued before any is used.
   for (; k + (kUnroll - 1) * k_step < K; k += kUnroll * k_step) {
     Pack<T> wp[kUnroll][kRowsPerWarp];
@@ -233,6 +242,40 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
     accumulate_step<T, M>(acc, wp, x, K, k);
+  }
+  } else {
+  // kUnroll steps of weight loads in flight, in two halves: while the steps of one half are
+  // used, the other half's loads are on their way, and a half is refilled (kUnroll steps
+  // ahead) as soon as it has been used, so a warp never waits with no load in flight. Written
+  // out rather than left to ptxas, whose schedule of a plain unrolled loop changed with
+  // unrelated edits (task6/NOTES.md).
+  constexpr int kHalf = kUnroll / 2;
+  Pack<T> wp[2][kHalf][kRowsPerWarp];
+  const auto load_half = [&](int half, int k_first) {
+#pragma unroll
+    for (int s = 0; s < kHalf; ++s) {
+      if (k_first + s * k_step >= K) break;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        wp[half][s][r].raw = load_streaming(w_rows[r] + k_first + s * k_step);
+    }
+  };
+  const auto use_half = [&](int half, int k_first) {
+#pragma unroll
+    for (int s = 0; s < kHalf; ++s) {
+      if (k_first + s * k_step >= K) break;
+      accumulate_step<T, M>(acc, wp[half][s], x, K, k_first + s * k_step);
+    }
+  };
+  load_half(0, k);
+  load_half(1, k + kHalf * k_step);
+  for (; k < K; k += kUnroll * k_step) {
+    use_half(0, k);
+    load_half(0, k + kUnroll * k_step);
+    use_half(1, k + kHalf * k_step);
+    load_half(1, k + (kUnroll + kHalf) * k_step);
+  }
+
   }
 
   // The weights are streamed: the next kernel may now be scheduled into this one's tail.
@@ -319,14 +362,14 @@ FirstWavePrefetch first_wave_prefetch(int blocks_per_sm, int64_t row_bytes, int 
   return {bytes > 0 ? blocks_per_sm * sms : 0, static_cast<unsigned>(bytes)};
 }
 
-template <typename T, int M, bool kGated>
+template <typename T, int M, bool kGated, int kLoop = 0>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
   const auto launch_split = [&](auto splits) {
     constexpr int kSplits = decltype(splits)::value;
     const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
     const int blocks = attn::ceil_div(N, features_per_block);
-    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits>;
+    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits, kLoop>;
     static const int blocks_per_sm = [&] {  // once per kernel (the GPUs of a machine alike)
       int count = 0;
       C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, 0));
@@ -358,7 +401,16 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
     case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
-    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 4: {
+      const char* env = std::getenv("ATTN_DECODE_LINEAR_LOOP");  // EXPERIMENT: 0 plain, 1 rounds, 2 halves
+      const int loop = env != nullptr ? std::atoi(env) : 0;
+      if constexpr (!std::is_same_v<T, __half>) {
+        if (loop == 1) { launch_rows<T, 4, kGated, 1>(x, w, b, res, out, N, K, k_splits, stream); break; }
+        if (loop == 2) { launch_rows<T, 4, kGated, 2>(x, w, b, res, out, N, K, k_splits, stream); break; }
+      }
+      launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream);
+      break;
+    }
     case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
