@@ -56,6 +56,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -72,7 +74,6 @@ constexpr int kUnroll = 4;   // steps along K whose loads are in flight together
 constexpr int kMaxRows = ATTN_DECODE_LINEAR_MAX_ROWS;   // rows of x (M): common/limits.py
 constexpr int kMaxKSplits = kWarps;     // warps of a block that share rows and split K
 constexpr int kMinStepsPerWarp = 2 * kUnroll;  // the automatic k_splits leaves a warp this many
-static_assert(kMaxRows == 8, "launch() below instantiates M = 1..8: change both together");
 
 // 16 bytes of T, converted to fp32.
 template <typename T>
@@ -156,6 +157,17 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
   }
 }
 
+// One step along K, loads and all: the kRowsPerWarp pieces of W at k, then accumulate_step.
+template <typename T, int M>
+__device__ __forceinline__ void stream_step(float (&acc)[kRowsPerWarp][M],
+                                            const T* const (&w_rows)[kRowsPerWarp],
+                                            const T* __restrict__ x, int K, int k) {
+  Pack<T> wp[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
+  accumulate_step<T, M>(acc, wp, x, K, k);
+}
+
 // x [M, K], w [N, K], bias [N] or null, residual [M, N] or null, out [M, N]; all contiguous,
 // rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
 // kGated (SwiGLU): w is [2N, K], the gate's N rows then the up projection's N rows (bias
@@ -167,7 +179,7 @@ __device__ __forceinline__ void accumulate_step(float (&acc)[kRowsPerWarp][M],
 // stride along K is a constant: with a run-time stride every unrolled load needed its own
 // address arithmetic, and the bf16 step (the most instructions per byte) lost what the split
 // gained (task6/NOTES.md).
-template <typename T, int M, bool kGated, int kSplits, int kLoop>
+template <typename T, int M, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K,
@@ -200,13 +212,20 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
-  // The first wave of blocks (blockIdx.x < prefetch_blocks, resident while the kernel before,
-  // often a norm, still runs and HBM idles) asks L2 for the first prefetch_bytes of its rows:
-  // the weights do not depend on that kernel. Later blocks start mid-stream: nothing to fill.
-  if (kLoop != 0 && blockIdx.x < prefetch_blocks && k_part == 0) {
+  // fp32 streams in explicit rounds of kUnroll steps, the 16-bit types in a plain unrolled loop
+  // (the loop below says why), and only fp32 prefetches: in the 16-bit kernels the same code
+  // changed ptxas's schedule of the loop and cost more than it gained (task6/NOTES.md).
+  constexpr bool kExplicitRounds = sizeof(T) == 4;
+  // The first wave of blocks (blockIdx.x < prefetch_blocks) is resident while the kernel
+  // before still runs (a norm, the attention's merge), when HBM has little to do: it asks L2
+  // for the first prefetch_bytes of its weight rows, which do not depend on that kernel. Later
+  // blocks start mid-stream, with nothing to fill.
+  if constexpr (kExplicitRounds) {
+    if (blockIdx.x < prefetch_blocks && k_part == 0) {
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      if (lane == r) prefetch_to_l2(w_rows[r], prefetch_bytes);
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        if (lane == r) prefetch_to_l2(w_rows[r], prefetch_bytes);
+      }
     }
   }
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
@@ -217,65 +236,26 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   }
-  if constexpr (kLoop == 0) {
-#pragma unroll kUnroll
-  for (; k < K; k += k_step) {
-    Pack<T> wp[kRowsPerWarp];
+  // kUnroll steps of weight loads in flight. fp32: explicit rounds, every load of a round issued
+  // before any is used. The 16-bit types: a plain loop unrolled by kUnroll, scheduled by ptxas.
+  // In one process (task6/NOTES.md) explicit rounds made task 6's fp32 step 0.15 ms faster and
+  // its bf16 step 0.15 ms slower (a bf16 step has twice the instructions per byte); two rounds
+  // interleaved (one used while the other loads) needed 159 registers and was slower still.
+  if constexpr (kExplicitRounds) {
+    for (; k + (kUnroll - 1) * k_step < K; k += kUnroll * k_step) {
+      Pack<T> wp[kUnroll][kRowsPerWarp];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
-    accumulate_step<T, M>(acc, wp, x, K, k);
-  }
-  } else if constexpr (kLoop == 1) {
-  // Rounds of kUnroll steps: every weight load of a round is issued before any is used.
-  for (; k + (kUnroll - 1) * k_step < K; k += kUnroll * k_step) {
-    Pack<T> wp[kUnroll][kRowsPerWarp];
+      for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+        for (int r = 0; r < kRowsPerWarp; ++r) wp[u][r].raw = load_streaming(w_rows[r] + k + u * k_step);
+      }
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) wp[u][r].raw = load_streaming(w_rows[r] + k + u * k_step);
+      for (int u = 0; u < kUnroll; ++u) accumulate_step<T, M>(acc, wp[u], x, K, k + u * k_step);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) accumulate_step<T, M>(acc, wp[u], x, K, k + u * k_step);
-  }
-  for (; k < K; k += k_step) {  // the steps left over
-    Pack<T> wp[kRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) wp[r].raw = load_streaming(w_rows[r] + k);
-    accumulate_step<T, M>(acc, wp, x, K, k);
-  }
+    for (; k < K; k += k_step) stream_step<T, M>(acc, w_rows, x, K, k);  // the steps left over
   } else {
-  // kUnroll steps of weight loads in flight, in two halves: while the steps of one half are
-  // used, the other half's loads are on their way, and a half is refilled (kUnroll steps
-  // ahead) as soon as it has been used, so a warp never waits with no load in flight. Written
-  // out rather than left to ptxas, whose schedule of a plain unrolled loop changed with
-  // unrelated edits (task6/NOTES.md).
-  constexpr int kHalf = kUnroll / 2;
-  Pack<T> wp[2][kHalf][kRowsPerWarp];
-  const auto load_half = [&](int half, int k_first) {
-#pragma unroll
-    for (int s = 0; s < kHalf; ++s) {
-      if (k_first + s * k_step >= K) break;
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r)
-        wp[half][s][r].raw = load_streaming(w_rows[r] + k_first + s * k_step);
-    }
-  };
-  const auto use_half = [&](int half, int k_first) {
-#pragma unroll
-    for (int s = 0; s < kHalf; ++s) {
-      if (k_first + s * k_step >= K) break;
-      accumulate_step<T, M>(acc, wp[half][s], x, K, k_first + s * k_step);
-    }
-  };
-  load_half(0, k);
-  load_half(1, k + kHalf * k_step);
-  for (; k < K; k += kUnroll * k_step) {
-    use_half(0, k);
-    load_half(0, k + kUnroll * k_step);
-    use_half(1, k + kHalf * k_step);
-    load_half(1, k + (kUnroll + kHalf) * k_step);
-  }
-
+#pragma unroll kUnroll
+    for (; k < K; k += k_step) stream_step<T, M>(acc, w_rows, x, K, k);
   }
 
   // The weights are streamed: the next kernel may now be scheduled into this one's tail.
@@ -341,80 +321,77 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
-// The first-wave prefetch of a launch: how many blocks fit on the GPU at once (they are
-// resident before the kernel before ends), and how many bytes of each weight row they ask L2
-// for: ATTN_DECODE_LINEAR_PREFETCH rounds of kUnroll steps of the row group (read on every
-// call, so that one process can compare; 0 switches it off), by default kPrefetchRounds.
-struct FirstWavePrefetch {
-  int blocks;
-  unsigned bytes;
-};
-
-FirstWavePrefetch first_wave_prefetch(int blocks_per_sm, int64_t row_bytes, int k_splits) {
-  constexpr int kPrefetchRounds = 1;
-  if (!attn::overlapped_launches_enabled()) return {0, 0};  // no kernel before to overlap
-  const char* env = std::getenv("ATTN_DECODE_LINEAR_PREFETCH");
-  const int rounds = env != nullptr ? std::max(0, std::atoi(env)) : kPrefetchRounds;
-  const int64_t bytes = std::min<int64_t>(row_bytes, int64_t{rounds} * kUnroll * k_splits * 512);
-  int sms = 0, device = 0;
+// The blocks of `kernel` that fit on the GPU at once: its first wave, resident while the kernel
+// before it finishes. Looked up once per kernel and device.
+int first_wave_blocks(const void* kernel) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> known;
+  int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return {bytes > 0 ? blocks_per_sm * sms : 0, static_cast<unsigned>(bytes)};
-}
-
-template <typename T, int M, bool kGated, int kLoop = 0>
-void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
-                 const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
-  const auto launch_split = [&](auto splits) {
-    constexpr int kSplits = decltype(splits)::value;
-    const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
-    const int blocks = attn::ceil_div(N, features_per_block);
-    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits, kLoop>;
-    static const int blocks_per_sm = [&] {  // once per kernel (the GPUs of a machine alike)
-      int count = 0;
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, kThreads, 0));
-      return count;
-    }();
-    const FirstWavePrefetch prefetch = first_wave_prefetch(blocks_per_sm, K * sizeof(T), kSplits);
-    attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
-                            kernel, dim3(blocks), dim3(kThreads), stream,
-                            reinterpret_cast<const T*>(x.data_ptr()),
-                            reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                            reinterpret_cast<T*>(out.data_ptr()), N, K, prefetch.blocks,
-                            prefetch.bytes);
-  };
-  switch (k_splits) {
-    case 1: launch_split(std::integral_constant<int, 1>{}); break;
-    case 2: launch_split(std::integral_constant<int, 2>{}); break;
-    default: launch_split(std::integral_constant<int, 4>{}); break;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(kernel, device);
+  auto found = known.find(key);
+  if (found == known.end()) {
+    int per_sm = 0, sms = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    found = known.emplace(key, per_sm * sms).first;
   }
+  return found->second;
 }
 
-template <typename T, bool kGated>
-void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
-            const std::optional<torch::Tensor>& residual, const torch::Tensor& out, int rows, int N,
-            int K, int k_splits) {
-  const T* b = bias.has_value() ? reinterpret_cast<const T*>(bias->data_ptr()) : nullptr;
-  const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  switch (rows) {
-    case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
-    case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
-    case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
-    case 4: {
-      const char* env = std::getenv("ATTN_DECODE_LINEAR_LOOP");  // EXPERIMENT: 0 plain, 1 rounds, 2 halves
-      const int loop = env != nullptr ? std::atoi(env) : 0;
-      if constexpr (!std::is_same_v<T, __half>) {
-        if (loop == 1) { launch_rows<T, 4, kGated, 1>(x, w, b, res, out, N, K, k_splits, stream); break; }
-        if (loop == 2) { launch_rows<T, 4, kGated, 2>(x, w, b, res, out, N, K, k_splits, stream); break; }
-      }
-      launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream);
-      break;
+// The bytes of each weight row that the first round of a row group reads: kUnroll steps of
+// 512 bytes for each of its k_splits warps (all of a short row).
+int64_t first_round_bytes(int64_t row_bytes, int k_splits) {
+  return std::min<int64_t>(row_bytes, int64_t{kUnroll} * k_splits * 512);
+}
+
+// The element type T of a decode_linear_kernel<T, ...> (only for decltype).
+template <typename T, typename... Rest>
+T element_type_of(void (*)(const T*, Rest...));
+
+// f(kernel, features_per_block) for the kernel that serves `rows` rows of x in `dtype` (float,
+// half or bfloat16) with k_splits, gated (decode_swiglu) or not.
+template <typename F>
+void with_kernel(torch::ScalarType dtype, bool gated, int rows, int k_splits, F&& f) {
+  const auto with_split = [&](auto type, auto gated_flag, auto m, auto splits) {
+    using T = decltype(type);
+    constexpr bool kGated = decltype(gated_flag)::value;
+    constexpr int kSplits = decltype(splits)::value;
+    f(decode_linear_kernel<T, decltype(m)::value, kGated, kSplits>,
+      kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp));
+  };
+  const auto with_rows = [&](auto type, auto gated_flag, auto m) {
+    switch (k_splits) {
+      case 1: with_split(type, gated_flag, m, std::integral_constant<int, 1>{}); break;
+      case 2: with_split(type, gated_flag, m, std::integral_constant<int, 2>{}); break;
+      default: with_split(type, gated_flag, m, std::integral_constant<int, 4>{}); break;
     }
-    case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
-    case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
-    case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
-    default: launch_rows<T, 8, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+  };
+  const auto with_gated = [&](auto type, auto gated_flag) {
+    static_assert(kMaxRows == 8, "the cases below instantiate M = 1..8");
+    switch (rows) {
+      case 1: with_rows(type, gated_flag, std::integral_constant<int, 1>{}); break;
+      case 2: with_rows(type, gated_flag, std::integral_constant<int, 2>{}); break;
+      case 3: with_rows(type, gated_flag, std::integral_constant<int, 3>{}); break;
+      case 4: with_rows(type, gated_flag, std::integral_constant<int, 4>{}); break;
+      case 5: with_rows(type, gated_flag, std::integral_constant<int, 5>{}); break;
+      case 6: with_rows(type, gated_flag, std::integral_constant<int, 6>{}); break;
+      case 7: with_rows(type, gated_flag, std::integral_constant<int, 7>{}); break;
+      default: with_rows(type, gated_flag, std::integral_constant<int, 8>{}); break;
+    }
+  };
+  const auto with_type = [&](auto type) {
+    if (gated) {
+      with_gated(type, std::true_type{});
+    } else {
+      with_gated(type, std::false_type{});
+    }
+  };
+  switch (dtype) {
+    case torch::kFloat32: with_type(float{}); break;
+    case torch::kFloat16: with_type(__half{}); break;
+    default: with_type(__nv_bfloat16{}); break;
   }
 }
 
@@ -494,23 +471,41 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
   const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
   const int splits =
       k_splits > 0 ? static_cast<int>(k_splits) : choose_k_splits(k, x.element_size());
-  const auto dispatch = [&](auto gated_flag) {
-    constexpr bool kGated = decltype(gated_flag)::value;
-    switch (x.scalar_type()) {
-      case torch::kFloat32: launch<float, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
-      case torch::kFloat16: launch<__half, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
-      default: launch<__nv_bfloat16, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
-    }
-  };
-  if (gated) {
-    dispatch(std::true_type{});
-  } else {
-    dispatch(std::false_type{});
-  }
+  // Only fp32 prefetches (the kernel says why), and only an overlapped launch has a kernel
+  // before it to overlap.
+  const bool prefetch = x.scalar_type() == torch::kFloat32 && attn::overlapped_launches_enabled();
+  const void* bias_ptr = bias.has_value() ? bias->data_ptr() : nullptr;
+  const void* residual_ptr = residual.has_value() ? residual->data_ptr() : nullptr;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  with_kernel(x.scalar_type(), gated, m, splits, [&](auto kernel, int features_per_block) {
+    using T = decltype(element_type_of(kernel));
+    const int prefetch_blocks = prefetch ? first_wave_blocks(reinterpret_cast<const void*>(kernel)) : 0;
+    const int64_t prefetch_bytes = prefetch ? first_round_bytes(K * x.element_size(), splits) : 0;
+    attn::launch_overlapped(entry, kernel, dim3(attn::ceil_div(n, features_per_block)),
+                            dim3(kThreads), stream, static_cast<const T*>(x.data_ptr()),
+                            static_cast<const T*>(weight.data_ptr()), static_cast<const T*>(bias_ptr),
+                            static_cast<const T*>(residual_ptr), static_cast<T*>(out.data_ptr()), n,
+                            k, prefetch_blocks, static_cast<unsigned>(prefetch_bytes));
+  });
   return out;
 }
 
 }  // namespace
+
+namespace attn {
+FirstWaveRows decode_linear_first_wave(const torch::Tensor& weight, int64_t rows, bool gated) {
+  const int64_t K = weight.size(1);
+  const int64_t N = gated ? weight.size(0) / 2 : weight.size(0);
+  const int splits = choose_k_splits(static_cast<int>(K), weight.element_size());
+  FirstWaveRows plan{0, first_round_bytes(K * weight.element_size(), splits)};
+  with_kernel(weight.scalar_type(), gated, static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxRows)),
+              splits, [&](auto kernel, int features_per_block) {
+                const int64_t blocks = first_wave_blocks(reinterpret_cast<const void*>(kernel));
+                plan.first = std::min<int64_t>(N, blocks * features_per_block);
+              });
+  return plan;
+}
+}  // namespace attn
 
 // x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
 // residual [..., N] like the output; k_splits: 1, 2 or 4 warps per row along K, 0 to choose.
