@@ -31,12 +31,10 @@ torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
                             std::optional<torch::Tensor> residual, int64_t k_splits);
 // LayerNorm or RMSNorm of x's rows, after the residual add if one is given: {out} or
-// {out, x + residual}; next_weight: the weight of the decode_linear (decode_swiglu: next_gated)
-// that reads out, whose first rows the norm asks L2 for (norm.cu).
+// {out, x + residual} (norm.cu).
 std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
                                     torch::Tensor weight, std::optional<torch::Tensor> bias,
-                                    double eps, bool rms, std::optional<torch::Tensor> next_weight,
-                                    bool next_gated);
+                                    double eps, bool rms);
 // RoPE on q and k and the KV-cache append of k and v in one kernel; returns the rotated q
 // (rope_append.cu).
 torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
@@ -92,7 +90,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "LayerNorm (rms=False) or RMSNorm of x's rows, after adding residual if given: [out] or "
         "[out, x + residual]",
         py::arg("x"), py::arg("residual"), py::arg("weight"), py::arg("bias"), py::arg("eps"),
-        py::arg("rms"), py::arg("next_weight") = py::none(), py::arg("next_gated") = false);
+        py::arg("rms"));
   m.def("rope_append", &rope_append,
         "RoPE on q [B, S, Hq, D] and k, k and v appended to the caches at current_pos; returns q rotated",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_cache"), py::arg("v_cache"),

@@ -34,6 +34,10 @@
 // CUDA graphs (task 6): positions and lengths may live in device memory (RuntimeInt), so a
 // captured step replays correctly as they are incremented; every kernel clamps them on the
 // device so that no value can make it read or write out of bounds.
+// Launched overlapped (device_values.cuh): on Hopper the split kernel starts while the kernel
+// before it finishes (task 6: RoPE + cache append, which leaves HBM idle), and each block asks
+// L2 for the first keys of its split meanwhile (prefetch_first_keys, beyond the course). Timed
+// back to back as CUDA-graph replays, one call also starts during the previous call's merge.
 //
 // Beyond the course, section 3 below: grouped-query decode with every attention variant.
 //
@@ -1105,7 +1109,8 @@ int* split_counters(cudaStream_t stream, int64_t count) {
 
 // How many K and V rows of its split each block asks L2 for before its wait (prefetch_first_keys):
 // ATTN_DECODE_PREFETCH_KEYS, read on every call so that one process can compare settings;
-// without it, kDefaultPrefetchKeys. Only an overlapped launch has a kernel before it to wait for.
+// without it, kDefaultPrefetchKeys, the best of 0 to 128 at the short contexts and in task 6's
+// step (task6/NOTES.md). Only an overlapped launch has a kernel before it to overlap.
 int decode_prefetch_keys() {
   constexpr int kDefaultPrefetchKeys = 32;
   if (!attn::overlapped_launches_enabled()) return 0;

@@ -32,17 +32,20 @@
 // within 5% of the best split at every product of task 6's decode step in a sweep of
 // k_splits 1, 2, 4 (Results.md, "Decode-step products"; task6/NOTES.md), and well ahead of
 // no split where N is small: o_proj, and the down projection with its long K.
-// Tried and left out: loading the first kUnroll steps of weights before waiting for the
-// kernel before (they do not depend on it), to keep the memory busy through its tail: task
-// 6's bf16 TBT did not improve beyond run-to-run noise (task6/NOTES.md).
+// The loop: fp32 issues each round of kUnroll steps' loads before using any (explicit
+// rounds); the 16-bit types keep a plain loop unrolled by kUnroll and leave the schedule to
+// ptxas. Measured in one process, explicit rounds made task 6's fp32 step faster and its bf16
+// step slower (bf16 has twice the instructions per byte); the bf16 loop's schedule, and its
+// speed, also moved with unrelated edits, so it is left exactly as measured (task6/NOTES.md).
 // Launched overlapped (device_values.cuh): on Hopper the next kernel is launched once every
 // warp here has streamed its weights, so its blocks are resident when this one's tail ends.
-// (Prefetching the next kernel's first weights into L2 before its wait was tried: ptxas then
-// scheduled the bf16 main loop with fewer loads in flight, and the step got slower. A bulk
-// prefetch of each row's first round, which holds no registers, gained nothing either;
-// task6/NOTES.md.) The loop has no room for more work per element: folding the norm before
-// the product into it (x replaced by gamma * (x - pivot), the row sums taken on the way) made
-// the bf16 products slower by more than the norm kernel it removed cost (task6/NOTES.md).
+// fp32's first wave of blocks, resident while the kernel before finishes, asks L2 for its first
+// round of weights meanwhile (a bulk prefetch per row: no registers). The same prefetch in the
+// 16-bit kernels changed ptxas's schedule of their loop and cost more than it gained; issued
+// instead by the norm kernel before the product, it slowed the norm itself (task6/NOTES.md).
+// The loop has no room for more work per element: folding the norm before the product into
+// it (x replaced by gamma * (x - pivot), the row sums taken on the way) made the bf16
+// products slower by more than the norm kernel it removed cost (task6/NOTES.md).
 //
 // Measured speed (GB/s of weights read, against cuBLAS; task 6's TBT against its roofline):
 // Results.md, rendered from results/<gpu>.json.
@@ -74,6 +77,7 @@ constexpr int kUnroll = 4;   // steps along K whose loads are in flight together
 constexpr int kMaxRows = ATTN_DECODE_LINEAR_MAX_ROWS;   // rows of x (M): common/limits.py
 constexpr int kMaxKSplits = kWarps;     // warps of a block that share rows and split K
 constexpr int kMinStepsPerWarp = 2 * kUnroll;  // the automatic k_splits leaves a warp this many
+static_assert(kMaxRows == 8, "launch() below instantiates M = 1..8: change both together");
 
 // 16 bytes of T, converted to fp32.
 template <typename T>
@@ -212,14 +216,10 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
-  // fp32 streams in explicit rounds of kUnroll steps, the 16-bit types in a plain unrolled loop
-  // (the loop below says why), and only fp32 prefetches: in the 16-bit kernels the same code
-  // changed ptxas's schedule of the loop and cost more than it gained (task6/NOTES.md).
-  constexpr bool kExplicitRounds = sizeof(T) == 4;
-  // The first wave of blocks (blockIdx.x < prefetch_blocks) is resident while the kernel
+  constexpr bool kExplicitRounds = sizeof(T) == 4;  // fp32 (the file's header says why)
+  // fp32's first wave of blocks (blockIdx.x < prefetch_blocks) is resident while the kernel
   // before still runs (a norm, the attention's merge), when HBM has little to do: it asks L2
-  // for the first prefetch_bytes of its weight rows, which do not depend on that kernel. Later
-  // blocks start mid-stream, with nothing to fill.
+  // for the first prefetch_bytes of its weight rows, which do not depend on that kernel.
   if constexpr (kExplicitRounds) {
     if (blockIdx.x < prefetch_blocks && k_part == 0) {
 #pragma unroll
@@ -236,11 +236,8 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
   }
-  // kUnroll steps of weight loads in flight. fp32: explicit rounds, every load of a round issued
-  // before any is used. The 16-bit types: a plain loop unrolled by kUnroll, scheduled by ptxas.
-  // In one process (task6/NOTES.md) explicit rounds made task 6's fp32 step 0.15 ms faster and
-  // its bf16 step 0.15 ms slower (a bf16 step has twice the instructions per byte); two rounds
-  // interleaved (one used while the other loads) needed 159 registers and was slower still.
+  // kUnroll steps of weight loads in flight: fp32 in explicit rounds, every load of a round
+  // issued before any is used; the 16-bit types in a plain loop that ptxas unrolls.
   if constexpr (kExplicitRounds) {
     for (; k + (kUnroll - 1) * k_step < K; k += kUnroll * k_step) {
       Pack<T> wp[kUnroll][kRowsPerWarp];
@@ -346,52 +343,49 @@ int64_t first_round_bytes(int64_t row_bytes, int k_splits) {
   return std::min<int64_t>(row_bytes, int64_t{kUnroll} * k_splits * 512);
 }
 
-// The element type T of a decode_linear_kernel<T, ...> (only for decltype).
-template <typename T, typename... Rest>
-T element_type_of(void (*)(const T*, Rest...));
-
-// f(kernel, features_per_block) for the kernel that serves `rows` rows of x in `dtype` (float,
-// half or bfloat16) with k_splits, gated (decode_swiglu) or not.
-template <typename F>
-void with_kernel(torch::ScalarType dtype, bool gated, int rows, int k_splits, F&& f) {
-  const auto with_split = [&](auto type, auto gated_flag, auto m, auto splits) {
-    using T = decltype(type);
-    constexpr bool kGated = decltype(gated_flag)::value;
+template <typename T, int M, bool kGated>
+void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
+                 const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
+  const auto launch_split = [&](auto splits) {
     constexpr int kSplits = decltype(splits)::value;
-    f(decode_linear_kernel<T, decltype(m)::value, kGated, kSplits>,
-      kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp));
+    const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
+    const int blocks = attn::ceil_div(N, features_per_block);
+    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits>;
+    // Only fp32 prefetches (the kernel says why), and only an overlapped launch has a kernel
+    // before it to overlap.
+    const bool prefetch = std::is_same_v<T, float> && attn::overlapped_launches_enabled();
+    const int prefetch_blocks = prefetch ? first_wave_blocks(reinterpret_cast<const void*>(kernel)) : 0;
+    const int64_t prefetch_bytes = prefetch ? first_round_bytes(int64_t{K} * sizeof(T), kSplits) : 0;
+    attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
+                            kernel, dim3(blocks), dim3(kThreads), stream,
+                            reinterpret_cast<const T*>(x.data_ptr()),
+                            reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
+                            reinterpret_cast<T*>(out.data_ptr()), N, K, prefetch_blocks,
+                            static_cast<unsigned>(prefetch_bytes));
   };
-  const auto with_rows = [&](auto type, auto gated_flag, auto m) {
-    switch (k_splits) {
-      case 1: with_split(type, gated_flag, m, std::integral_constant<int, 1>{}); break;
-      case 2: with_split(type, gated_flag, m, std::integral_constant<int, 2>{}); break;
-      default: with_split(type, gated_flag, m, std::integral_constant<int, 4>{}); break;
-    }
-  };
-  const auto with_gated = [&](auto type, auto gated_flag) {
-    static_assert(kMaxRows == 8, "the cases below instantiate M = 1..8");
-    switch (rows) {
-      case 1: with_rows(type, gated_flag, std::integral_constant<int, 1>{}); break;
-      case 2: with_rows(type, gated_flag, std::integral_constant<int, 2>{}); break;
-      case 3: with_rows(type, gated_flag, std::integral_constant<int, 3>{}); break;
-      case 4: with_rows(type, gated_flag, std::integral_constant<int, 4>{}); break;
-      case 5: with_rows(type, gated_flag, std::integral_constant<int, 5>{}); break;
-      case 6: with_rows(type, gated_flag, std::integral_constant<int, 6>{}); break;
-      case 7: with_rows(type, gated_flag, std::integral_constant<int, 7>{}); break;
-      default: with_rows(type, gated_flag, std::integral_constant<int, 8>{}); break;
-    }
-  };
-  const auto with_type = [&](auto type) {
-    if (gated) {
-      with_gated(type, std::true_type{});
-    } else {
-      with_gated(type, std::false_type{});
-    }
-  };
-  switch (dtype) {
-    case torch::kFloat32: with_type(float{}); break;
-    case torch::kFloat16: with_type(__half{}); break;
-    default: with_type(__nv_bfloat16{}); break;
+  switch (k_splits) {
+    case 1: launch_split(std::integral_constant<int, 1>{}); break;
+    case 2: launch_split(std::integral_constant<int, 2>{}); break;
+    default: launch_split(std::integral_constant<int, 4>{}); break;
+  }
+}
+
+template <typename T, bool kGated>
+void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
+            const std::optional<torch::Tensor>& residual, const torch::Tensor& out, int rows, int N,
+            int K, int k_splits) {
+  const T* b = bias.has_value() ? reinterpret_cast<const T*>(bias->data_ptr()) : nullptr;
+  const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  switch (rows) {
+    case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    default: launch_rows<T, 8, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
   }
 }
 
@@ -471,41 +465,23 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
   const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
   const int splits =
       k_splits > 0 ? static_cast<int>(k_splits) : choose_k_splits(k, x.element_size());
-  // Only fp32 prefetches (the kernel says why), and only an overlapped launch has a kernel
-  // before it to overlap.
-  const bool prefetch = x.scalar_type() == torch::kFloat32 && attn::overlapped_launches_enabled();
-  const void* bias_ptr = bias.has_value() ? bias->data_ptr() : nullptr;
-  const void* residual_ptr = residual.has_value() ? residual->data_ptr() : nullptr;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  with_kernel(x.scalar_type(), gated, m, splits, [&](auto kernel, int features_per_block) {
-    using T = decltype(element_type_of(kernel));
-    const int prefetch_blocks = prefetch ? first_wave_blocks(reinterpret_cast<const void*>(kernel)) : 0;
-    const int64_t prefetch_bytes = prefetch ? first_round_bytes(K * x.element_size(), splits) : 0;
-    attn::launch_overlapped(entry, kernel, dim3(attn::ceil_div(n, features_per_block)),
-                            dim3(kThreads), stream, static_cast<const T*>(x.data_ptr()),
-                            static_cast<const T*>(weight.data_ptr()), static_cast<const T*>(bias_ptr),
-                            static_cast<const T*>(residual_ptr), static_cast<T*>(out.data_ptr()), n,
-                            k, prefetch_blocks, static_cast<unsigned>(prefetch_bytes));
-  });
+  const auto dispatch = [&](auto gated_flag) {
+    constexpr bool kGated = decltype(gated_flag)::value;
+    switch (x.scalar_type()) {
+      case torch::kFloat32: launch<float, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+      case torch::kFloat16: launch<__half, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+      default: launch<__nv_bfloat16, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+    }
+  };
+  if (gated) {
+    dispatch(std::true_type{});
+  } else {
+    dispatch(std::false_type{});
+  }
   return out;
 }
 
 }  // namespace
-
-namespace attn {
-FirstWaveRows decode_linear_first_wave(const torch::Tensor& weight, int64_t rows, bool gated) {
-  const int64_t K = weight.size(1);
-  const int64_t N = gated ? weight.size(0) / 2 : weight.size(0);
-  const int splits = choose_k_splits(static_cast<int>(K), weight.element_size());
-  FirstWaveRows plan{0, first_round_bytes(K * weight.element_size(), splits)};
-  with_kernel(weight.scalar_type(), gated, static_cast<int>(std::clamp<int64_t>(rows, 1, kMaxRows)),
-              splits, [&](auto kernel, int features_per_block) {
-                const int64_t blocks = first_wave_blocks(reinterpret_cast<const void*>(kernel));
-                plan.first = std::min<int64_t>(N, blocks * features_per_block);
-              });
-  return plan;
-}
-}  // namespace attn
 
 // x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
 // residual [..., N] like the output; k_splits: 1, 2 or 4 warps per row along K, 0 to choose.

@@ -127,14 +127,4 @@ void launch_overlapped(const char* name, void (*kernel)(Params...), dim3 grid, d
   TORCH_CHECK(launched == cudaSuccess, attn::str(name, " failed to launch: ", cudaGetErrorString(launched)));
 }
 
-// What the first wave of decode_linear (decode_swiglu when gated) streams first from `weight`
-// for `rows` rows of x: the rows of its first `first` output features (gated: and their up
-// rows), `bytes` of each. The norm kernel before such a product asks L2 for them (norm.cu).
-// Defined in decode_linear.cu.
-struct FirstWaveRows {
-  int64_t first;
-  int64_t bytes;
-};
-FirstWaveRows decode_linear_first_wave(const torch::Tensor& weight, int64_t rows, bool gated);
-
 }  // namespace attn

@@ -6,11 +6,9 @@ LayerNorms, RoPE on q and k, the cache write, SiLU, the gate * up product, resid
 These entries do the same work in fewer launches, each the counterpart of a PyTorch twin in
 task5/ops.py that the tests compare them with:
 
-    add_norm(x, weight, bias=None, eps=1e-5, residual=None, rms=False,    task5/norm.cu
-             next_weight=None, next_gated=False)
+    add_norm(x, weight, bias=None, eps=1e-5, residual=None, rms=False)     task5/norm.cu
         LayerNorm (or RMSNorm, rms=True) of x's rows in fp32, x read once; with a residual,
-        of h = x + residual, and h is returned too: (out, h). next_weight: the weight of
-        the product that reads out, whose first rows it asks L2 for (a hint).
+        of h = x + residual, and h is returned too: (out, h).
     rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos)           task5/rope_append.cu
         q [B, S, Hq, D] and k [B, S, Hkv, D] rotated at positions current_pos + s (the fp32
         tables [max_len, D] of task6/rope.py), rotated k and v written into the caches
@@ -40,9 +38,8 @@ def _aligned(*tensors: torch.Tensor | None) -> bool:
     return all(t is None or (t.is_contiguous() and t.data_ptr() % 16 == 0) for t in tensors)
 
 
-def torch_add_norm(x, weight, bias=None, eps=1e-5, residual=None, rms=False, next_weight=None,
-                   next_gated=False):
-    """The PyTorch twin of add_norm (next_weight, a prefetch hint, changes nothing)."""
+def torch_add_norm(x, weight, bias=None, eps=1e-5, residual=None, rms=False):
+    """The PyTorch twin of add_norm."""
     h = x if residual is None else x + residual
     shape = (x.shape[-1],)
     out = F.rms_norm(h, shape, weight, eps) if rms else F.layer_norm(h, shape, weight, bias, eps)
@@ -50,14 +47,9 @@ def torch_add_norm(x, weight, bias=None, eps=1e-5, residual=None, rms=False, nex
 
 
 def add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-             eps: float = 1e-5, residual: torch.Tensor | None = None, rms: bool = False,
-             next_weight: torch.Tensor | None = None, next_gated: bool = False):
+             eps: float = 1e-5, residual: torch.Tensor | None = None, rms: bool = False):
     """LayerNorm / RMSNorm over x's last dimension (after adding `residual`, if given).
-    Returns out, or (out, x + residual) with a residual.
-
-    next_weight: the weight of the decode_linear (decode_swiglu: next_gated=True) that reads
-    out. While the kernel before finishes, the norm asks L2 for the rows of it that the
-    product's first blocks stream first (task6/NOTES.md); the result is the same without it."""
+    Returns out, or (out, x + residual) with a residual."""
     if rms and bias is not None:
         raise ValueError("RMSNorm has no bias (pass bias=None).")
     piece = 16 // x.element_size() if x.dtype in HALF_AND_FLOAT else 0
@@ -68,7 +60,7 @@ def add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = 
               and _aligned(x, weight, bias, residual))
     if not usable:
         return torch_add_norm(x, weight, bias, eps, residual, rms)
-    found = _ext().add_norm(x, residual, weight, bias, float(eps), rms, next_weight, next_gated)
+    found = _ext().add_norm(x, residual, weight, bias, float(eps), rms)
     return found[0] if residual is None else (found[0], found[1])
 
 

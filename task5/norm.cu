@@ -95,40 +95,13 @@ struct Piece {
   }
 };
 
-// The weight rows of the product after the norm (task 5's decode_linear or decode_swiglu) that
-// its first wave of blocks reads first: rows [0, rows) (and, gated, the up rows [up_row,
-// up_row + rows)), the first `bytes` of each. The norm asks L2 for them before its wait, while
-// HBM has little else to do, so that the product's stream starts from L2 (base null: none).
-struct NextWeightRows {
-  const char* base;
-  int64_t row_bytes;
-  int64_t rows;
-  int64_t up_row;  // 0: not gated
-  unsigned bytes;
-};
-
-// Ask L2 for those rows, spread over every thread of the grid; no registers are held.
-__device__ __forceinline__ void prefetch_next_rows(const NextWeightRows& next) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (next.base == nullptr) return;
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t copies = next.up_row > 0 ? 2 : 1;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < copies * next.rows; i += threads) {
-    const int64_t row = i < next.rows ? i : next.up_row + (i - next.rows);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(next.base + row * next.row_bytes),
-                 "r"(next.bytes) : "memory");
-  }
-#endif
-}
-
 // x, residual, out, residual_out [rows, hidden] contiguous; weight, bias [hidden]. residual,
 // residual_out and bias may be null (residual_out is written iff residual is given).
 template <typename T, bool kRms>
 __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ residual,
                             const T* __restrict__ weight, const T* __restrict__ bias,
                             T* __restrict__ out, T* __restrict__ residual_out, int hidden,
-                            float eps, int prefetch_constants, NextWeightRows next) {
+                            float eps, int prefetch_constants) {
   __shared__ float scratch[kMaxThreads / 32];
   constexpr int kElems = Piece<T>::kElems;
   const int pieces = hidden / kElems;
@@ -144,7 +117,6 @@ __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ resid
       if (bias != nullptr) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bias + piece * kElems));
     }
   }
-  prefetch_next_rows(next);
   attn::wait_for_previous_kernel();  // x and residual come from the kernel before
   attn::let_next_kernel_start();
   const int64_t row_start = static_cast<int64_t>(blockIdx.x) * hidden;
@@ -232,7 +204,7 @@ template <typename T>
 void launch(const torch::Tensor& x, const std::optional<torch::Tensor>& residual,
             const torch::Tensor& weight, const std::optional<torch::Tensor>& bias,
             const torch::Tensor& out, const std::optional<torch::Tensor>& residual_out,
-            int64_t rows, int hidden, float eps, bool rms, NextWeightRows next) {
+            int64_t rows, int hidden, float eps, bool rms) {
   const int threads = threads_for_row(hidden / Piece<T>::kElems);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const auto* x_ptr = reinterpret_cast<const T*>(x.data_ptr());
@@ -244,31 +216,7 @@ void launch(const torch::Tensor& x, const std::optional<torch::Tensor>& residual
   const dim3 grid(static_cast<unsigned>(rows));
   attn::launch_overlapped("norm_kernel", rms ? norm_kernel<T, true> : norm_kernel<T, false>, grid,
                           dim3(threads), stream, x_ptr, res_ptr, w_ptr, bias_ptr, out_ptr,
-                          res_out_ptr, hidden, eps, norm_prefetch_enabled(), next);
-}
-
-// The rows of next_weight to prefetch (NextWeightRows): those that decode_linear (decode_swiglu
-// when gated) streams first for `rows` rows of x; none without an overlapped launch (there is
-// then no kernel before the norm to overlap), or with ATTN_NORM_PREFETCH_NEXT=0 (read on every
-// call, to measure it).
-NextWeightRows next_weight_rows(const std::optional<torch::Tensor>& next_weight, bool gated,
-                                const torch::Tensor& x, int64_t rows) {
-  if (!next_weight.has_value()) return {nullptr, 0, 0, 0, 0};
-  const torch::Tensor& w = *next_weight;
-  attn::check_same(w, "next_weight", x, "x");
-  attn::check_contiguous(w, "next_weight");
-  attn::check_dim(w, "next_weight", 2, "[out_features, in_features]");
-  TORCH_CHECK_VALUE(w.size(1) == x.size(-1) && (w.size(1) * w.element_size()) % 16 == 0 &&
-                    attn::aligned16(w) && (!gated || w.size(0) % 2 == 0),
-                    attn::str("next_weight must be the weight that reads this norm's output, [",
-                              gated ? "2 * width, " : "out_features, ", x.size(-1),
-                              "], 16-byte aligned, but is ", w.sizes(), "."));
-  const char* env = std::getenv("ATTN_NORM_PREFETCH_NEXT");
-  if (!attn::overlapped_launches_enabled() || (env != nullptr && env[0] == '0'))
-    return {nullptr, 0, 0, 0, 0};
-  const auto [features, bytes] = attn::decode_linear_first_wave(w, rows, gated);
-  return {static_cast<const char*>(w.data_ptr()), w.size(1) * w.element_size(), features,
-          gated ? w.size(0) / 2 : 0, static_cast<unsigned>(bytes)};
+                          res_out_ptr, hidden, eps, norm_prefetch_enabled());
 }
 
 void check_row_vector(const torch::Tensor& t, const char* name, const torch::Tensor& x,
@@ -285,13 +233,9 @@ void check_row_vector(const torch::Tensor& t, const char* name, const torch::Ten
 // LayerNorm (rms = false) or RMSNorm (rms = true) over the last dimension of x [..., hidden]
 // (contiguous), with weight [hidden] and, for LayerNorm, an optional bias [hidden]. With a
 // residual (x's shape), h = x + residual is normalised and returned too: {out} or {out, h}.
-// next_weight, when given, is the weight of the decode_linear (decode_swiglu: next_gated)
-// product that reads `out`: the norm asks L2 for the rows that product streams first (a hint;
-// the result is the same without it).
 std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
                                     torch::Tensor weight, std::optional<torch::Tensor> bias,
-                                    double eps, bool rms, std::optional<torch::Tensor> next_weight,
-                                    bool next_gated) {
+                                    double eps, bool rms) {
   attn::check_cuda_tensor(x, "x");
   attn::check_dtype(x, "x", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
   attn::check_contiguous(x, "x");
@@ -328,11 +272,10 @@ std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor
       residual.has_value() ? std::optional<torch::Tensor>(torch::empty_like(x)) : std::nullopt;
   const int h = static_cast<int>(hidden);
   const float e = static_cast<float>(eps);
-  const NextWeightRows next = next_weight_rows(next_weight, next_gated, x, rows);
   switch (x.scalar_type()) {
-    case torch::kFloat32: launch<float>(x, residual, weight, bias, out, sum, rows, h, e, rms, next); break;
-    case torch::kFloat16: launch<__half>(x, residual, weight, bias, out, sum, rows, h, e, rms, next); break;
-    default: launch<__nv_bfloat16>(x, residual, weight, bias, out, sum, rows, h, e, rms, next); break;
+    case torch::kFloat32: launch<float>(x, residual, weight, bias, out, sum, rows, h, e, rms); break;
+    case torch::kFloat16: launch<__half>(x, residual, weight, bias, out, sum, rows, h, e, rms); break;
+    default: launch<__nv_bfloat16>(x, residual, weight, bias, out, sum, rows, h, e, rms); break;
   }
   if (sum.has_value()) return {out, *sum};
   return {out};

@@ -19,10 +19,8 @@ function (task7/hf_attention.py):
 
 and the fused kernels of a decode step (task5/fused.py, not graded):
 
-    add_norm(x, weight, bias=None, eps=1e-5, residual=None, rms=False, next_weight=None,
-             next_gated=False) -> out | (out, x + residual)
-        LayerNorm / RMSNorm of x's rows, after the residual add when one is given; next_weight
-        is the weight of the product that reads out, a prefetch hint.
+    add_norm(x, weight, bias=None, eps=1e-5, residual=None, rms=False) -> out | (out, x + residual)
+        LayerNorm / RMSNorm of x's rows, after the residual add when one is given.
     rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos) -> q rotated [B, S, Hq, D]
         RoPE on q [B, S, Hq, D] and k [B, S, Hkv, D] at positions current_pos + s (fp32
         tables [max_len, D]), and the rotated k and v written into the caches.

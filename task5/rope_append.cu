@@ -19,7 +19,8 @@
 // Tile shape: 128 threads per block; grid (tokens, ceil(points per token / 128)). A decode
 // step moves a few kilobytes: this kernel is latency, and one launch instead of five is the
 // point.
-// Launched overlapped (device_values.cuh): on Hopper it starts while the kernel before it finishes.
+// Launched overlapped (device_values.cuh): on Hopper it starts while the kernel before it finishes,
+// and fetches the cos/sin rows of its position meanwhile (prefetch_table_rows).
 //
 // Measured: task 6's decode step (TBT and its per-kernel profile) in Results.md.
 

@@ -88,16 +88,11 @@ def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
     return out if residual is None else out + residual
 
 
-def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor, step: StepInfo,
-         then: nn.Linear | None = None, gated: bool = False) -> torch.Tensor:
-    """layer(x): on the fused decode path, task 5's norm kernel (one read of x, fp32 sums).
-    `then` is the product that reads the result (gated: decode_swiglu's stacked gate and up):
-    while the kernel before finishes, the norm asks L2 for the weight rows it streams first."""
+def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor, step: StepInfo) -> torch.Tensor:
+    """layer(x): on the fused decode path, task 5's norm kernel (one read of x, fp32 sums)."""
     if step.fused:
         rms = isinstance(layer, nn.RMSNorm)
-        return kernels().add_norm(x, layer.weight, None if rms else layer.bias, layer.eps, rms=rms,
-                                  next_weight=None if then is None else then.weight,
-                                  next_gated=gated)
+        return kernels().add_norm(x, layer.weight, None if rms else layer.bias, layer.eps, rms=rms)
     return layer(x)
 
 
@@ -224,10 +219,8 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(hidden_dim)
 
     def forward(self, x, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
-        h = norm(self.ln1, x, step, then=self.attn.qkv_proj)
-        x = self.attn(h, k_cache, v_cache, step, residual=x)                     # x + attn(ln1(x))
-        h = norm(self.ln2, x, step, then=self.mlp.gate_up_proj, gated=True)
-        return self.mlp(h, step, residual=x)                                     # x + mlp(ln2(x))
+        x = self.attn(norm(self.ln1, x, step), k_cache, v_cache, step, residual=x)  # x + attn(ln1(x))
+        return self.mlp(norm(self.ln2, x, step), step, residual=x)                 # x + mlp(ln2(x))
 
 
 class customModel(nn.Module):
@@ -386,7 +379,7 @@ class customModel(nn.Module):
         x = self.embed(tokens)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             x = layer(x, k_cache, v_cache, step)
-        x = norm(self.ln_f, x, step, then=self.lm_head)
+        x = norm(self.ln_f, x, step)
         if last_logits_only:
             x = x[:, -1:]
         return linear(self.lm_head, x, step), kv_cache
