@@ -76,7 +76,9 @@ inline bool aligned16(const torch::Tensor& t) {
 // the next is still being launched, and its weight stream has not started. A kernel launched
 // with launch_overlapped may start while the kernel before it in the stream is finishing:
 // it must call wait_for_previous_kernel() before it reads anything that kernel wrote, or
-// writes anything (only constant data, such as weights, may be touched before). A kernel calls
+// writes anything. Only constant data, such as weights, may be read before; a prefetch into
+// L2, where every write lands, may name any address, since it cannot make a load see an old
+// value (the decode kernel prefetches its first keys so). A kernel calls
 // let_next_kernel_start() once it has waited, so at most two kernels overlap. Before Hopper,
 // or with ATTN_OVERLAP_LAUNCHES=0 (to measure what it buys), it is an ordinary launch and the
 // two calls do nothing. The CUDA graph of a decode step keeps these overlaps.
