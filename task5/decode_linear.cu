@@ -183,8 +183,8 @@ __device__ __forceinline__ void stream_step(float (&acc)[kRowsPerWarp][M],
 // stride along K is a constant: with a run-time stride every unrolled load needed its own
 // address arithmetic, and the bf16 step (the most instructions per byte) lost what the split
 // gained (task6/NOTES.md).
-template <typename T, int M, bool kGated, int kSplits, int kMinBlocks = 0>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <typename T, int M, bool kGated, int kSplits>
+__global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K,
                      int prefetch_blocks, unsigned prefetch_bytes) {
@@ -343,14 +343,14 @@ int64_t first_round_bytes(int64_t row_bytes, int k_splits) {
   return std::min<int64_t>(row_bytes, int64_t{kUnroll} * k_splits * 512);
 }
 
-template <typename T, int M, bool kGated, int kMinBlocks = 0>
+template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
   const auto launch_split = [&](auto splits) {
     constexpr int kSplits = decltype(splits)::value;
     const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
     const int blocks = attn::ceil_div(N, features_per_block);
-    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits, kMinBlocks>;
+    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits>;
     // Only fp32 prefetches (the kernel says why), and only an overlapped launch has a kernel
     // before it to overlap.
     const bool prefetch = std::is_same_v<T, float> && attn::overlapped_launches_enabled();
@@ -381,17 +381,7 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
     case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
-    case 4: {
-      const char* env = std::getenv("ATTN_DECODE_LINEAR_MIN_BLOCKS");  // EXPERIMENT: 5 or 0
-      if constexpr (sizeof(T) == 2) {
-        if (env != nullptr && env[0] == '5') {
-          launch_rows<T, 4, kGated, 5>(x, w, b, res, out, N, K, k_splits, stream);
-          break;
-        }
-      }
-      launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream);
-      break;
-    }
+    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
