@@ -623,7 +623,7 @@ __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
 // V rows of its split, one bulk prefetch per row (no registers), so that its first loads after
 // the wait come from L2. This is safe before the wait for any row, the one being appended
 // included: a prefetch only copies HBM into L2, and every write lands in L2, so no load can see
-// an older value because of it. The length is read from L2 too (__ldcg), only to bound the rows.
+// an older value because of it. The length is only peeked at (RuntimeInt::peek), to bound the rows.
 // The host sets prefetch_keys only for the 16-byte path (rows 16-byte aligned, whole pieces).
 template <typename T>
 __device__ __forceinline__ void prefetch_first_keys(const DecodeParams<T>& p) {
@@ -631,10 +631,7 @@ __device__ __forceinline__ void prefetch_first_keys(const DecodeParams<T>& p) {
   if (p.prefetch_keys <= 0) return;
   const int b = blockIdx.x / p.heads;
   const int h = blockIdx.x % p.heads;
-  const RuntimeInt& len = p.seq_len;
-  const int64_t seq_len = clamp64(
-      len.device_values != nullptr ? __ldcg(len.device_values + b * len.stride) : len.host_value,
-      0, p.max_seq_len);
+  const int64_t seq_len = clamp64(p.seq_len.peek(b), 0, p.max_seq_len);
   const int64_t key_begin = static_cast<int64_t>(blockIdx.y) * p.keys_per_split;
   const int64_t key_end =
       min64(key_begin + min64(p.prefetch_keys, p.keys_per_split), seq_len);
@@ -643,8 +640,7 @@ __device__ __forceinline__ void prefetch_first_keys(const DecodeParams<T>& p) {
     const int64_t key = key_begin + row / 2;
     const T* ptr = row % 2 == 0 ? p.k + b * p.k_stride_b + h * p.k_stride_h + key * p.k_stride_s
                                 : p.v + b * p.v_stride_b + h * p.v_stride_h + key * p.v_stride_s;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(row_bytes)
-                 : "memory");
+    attn::prefetch_to_l2(ptr, row_bytes);
   }
 #endif
 }

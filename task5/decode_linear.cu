@@ -126,14 +126,6 @@ __device__ __forceinline__ uint4 load_streaming(const void* ptr) {
 using attn::from_float;
 using attn::to_float;
 
-// Ask L2 for `bytes` (a multiple of 16) at ptr (16-byte aligned), holding no registers: one
-// request to the SM's bulk-copy unit (Hopper; nothing before it).
-__device__ __forceinline__ void prefetch_to_l2(const void* ptr, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(bytes) : "memory");
-#endif
-}
-
 // One step along K for one lane: its kRowsPerWarp pieces of W (already loaded) times the
 // matching pieces of the M rows of x (ordinary loads: every warp reads all of x, so L1 serves
 // it), accumulated in fp32.
@@ -224,7 +216,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     if (blockIdx.x < prefetch_blocks && k_part == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
-        if (lane == r) prefetch_to_l2(w_rows[r], prefetch_bytes);
+        if (lane == r) attn::prefetch_to_l2(w_rows[r], prefetch_bytes);
       }
     }
   }

@@ -41,6 +41,12 @@ struct RuntimeInt {
   __device__ __forceinline__ int64_t at(int64_t b) const {
     return device_values != nullptr ? static_cast<int64_t>(device_values[b * stride]) : host_value;
   }
+  // The same value read from L2 (__ldcg: not kept in L1), for a kernel that looks at it before
+  // wait_for_previous_kernel() only to choose what to prefetch: it reads it again with at().
+  __device__ __forceinline__ int64_t peek(int64_t b) const {
+    return device_values != nullptr ? static_cast<int64_t>(__ldcg(device_values + b * stride))
+                                    : host_value;
+  }
 };
 
 // `value`, or `tensor` when given (checked: CUDA int32 on `device`, 0-d or [batch]).
@@ -94,12 +100,30 @@ __device__ __forceinline__ void let_next_kernel_start() {
 #endif
 }
 
+// Prefetches, for a kernel to issue before it waits (the contract above): `bytes` (a multiple
+// of 16) at ptr (16-byte aligned) into L2, one request to the SM's bulk-copy unit holding no
+// registers (Hopper; nothing before it); the 128-byte line at ptr into the SM's L1.
+__device__ __forceinline__ void prefetch_to_l2(const void* ptr, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void prefetch_to_l1(const void* ptr) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(ptr));
+}
+
+// Whether the environment variable `name` switches something off (its value starts with '0').
+// The measurement switches (ATTN_OVERLAP_LAUNCHES, ATTN_NORM_PREFETCH, ATTN_ROPE_PREFETCH) read
+// it; those read on every call let one process compare both settings.
+inline bool switched_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && env[0] == '0';
+}
+
 inline bool overlapped_launches_enabled() {
-  static const bool switched_off = [] {
-    const char* env = std::getenv("ATTN_OVERLAP_LAUNCHES");
-    return env != nullptr && env[0] == '0';
-  }();
-  if (switched_off) return false;
+  static const bool off = switched_off("ATTN_OVERLAP_LAUNCHES");
+  if (off) return false;
   static int major[64] = {};  // per device, looked up once (0: not yet)
   const int device = c10::cuda::current_device();
   if (device >= 64) return false;

@@ -32,7 +32,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -113,8 +112,8 @@ __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ resid
     for (int p = 0; p < kMaxPiecesPerThread; ++p) {
       const int piece = threadIdx.x + p * blockDim.x;
       if (piece >= pieces) break;
-      asm volatile("prefetch.global.L1 [%0];\n" ::"l"(weight + piece * kElems));
-      if (bias != nullptr) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bias + piece * kElems));
+      attn::prefetch_to_l1(weight + piece * kElems);
+      if (bias != nullptr) attn::prefetch_to_l1(bias + piece * kElems);
     }
   }
   attn::wait_for_previous_kernel();  // x and residual come from the kernel before
@@ -195,10 +194,7 @@ T* data_or_null(const std::optional<torch::Tensor>& t) {
 
 // ATTN_NORM_PREFETCH=0 (read on every call) leaves the weight and bias to be loaded where they
 // are used, as the kernel did before.
-int norm_prefetch_enabled() {
-  const char* env = std::getenv("ATTN_NORM_PREFETCH");
-  return env != nullptr && env[0] == '0' ? 0 : 1;
-}
+int norm_prefetch_enabled() { return attn::switched_off("ATTN_NORM_PREFETCH") ? 0 : 1; }
 
 template <typename T>
 void launch(const torch::Tensor& x, const std::optional<torch::Tensor>& residual,

@@ -32,7 +32,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -79,21 +78,19 @@ __device__ __forceinline__ float2 rotate(float x1, float x2, float c, float s) {
 // The cos and sin rows of this block's token, fetched into L1 while the kernel before finishes,
 // so that the rotation after the wait does not wait on memory for them (between two layers,
 // the weights streamed through L2 have pushed them out). The tables are constant; the position
-// is read from L2 (__ldcg, not kept in L1) only to choose the rows, and is read again after the
-// wait, so a position still being written costs only a useless prefetch.
+// is only peeked at (RuntimeInt::peek) to choose the rows, and is read again after the wait,
+// so a position still being written costs only a useless prefetch.
 __device__ __forceinline__ void prefetch_table_rows(const RopeAppendParams& p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kLineFloats = 128 / sizeof(float);
   const int lines_per_row = (p.head_dim + kLineFloats - 1) / kLineFloats;
   if (!p.prefetch_tables || threadIdx.x >= 2 * lines_per_row) return;
   const int64_t b = blockIdx.x / p.seq, s = blockIdx.x % p.seq;
-  const RuntimeInt& pos = p.current_pos;
-  const int64_t position =
-      (pos.device_values != nullptr ? __ldcg(pos.device_values + b * pos.stride) : pos.host_value) + s;
+  const int64_t position = p.current_pos.peek(b) + s;
   if (position < 0 || position >= p.max_position) return;
   const float* table = threadIdx.x < lines_per_row ? p.cos : p.sin;
   const float* line = table + position * p.head_dim + (threadIdx.x % lines_per_row) * kLineFloats;
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(line) : "memory");
+  attn::prefetch_to_l1(line);
 #endif
 }
 
@@ -235,8 +232,7 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   p.head_dim = static_cast<int>(head_dim);
   p.max_position = max_position;
   p.current_pos = attn::runtime_int(current_pos, current_pos_tensor, "current_pos", batch, q.device());
-  const char* prefetch = std::getenv("ATTN_ROPE_PREFETCH");  // read per call: one process compares
-  p.prefetch_tables = prefetch == nullptr || prefetch[0] != '0';
+  p.prefetch_tables = !attn::switched_off("ATTN_ROPE_PREFETCH");  // read on every call
 
   const c10::cuda::CUDAGuard guard(q.device());
   const dim3 grid(static_cast<unsigned>(batch * seq), static_cast<unsigned>(blocks_per_token));
