@@ -312,60 +312,58 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 
 // ---- The 16-bit types on tensor cores --------------------------------------------------------
 //
-// mma.sync m16n8k16 multiplies A [16 x 16] by B [16 x 8] into C [16 x 8] (fp32). Here A is 16
-// weight rows (output features) by 16 elements along K, B is the same 16 elements of the 8
-// rows of x (the rows past M are zeros), and C accumulates [16 features x 8 rows of x]. A
-// lane's fragments are taken straight from global memory, with no shared memory and no
+// mma.sync m16n8k16 multiplies A [16 x 16] by B [16 x 8] into C [16 x 8] (fp32). Here A is the
+// rows of x (M <= 8; A's rows 8..15 are zeros) by 16 elements along K, B is the same 16
+// elements of 8 weight rows (output features), and C accumulates [rows of x x 8 features].
+// A lane's fragments are taken straight from global memory, with no shared memory and no
 // shuffle: a dot product does not care in which order K is walked, so lane (group, quad) =
-// (lane / 4, lane % 4) loads 8 consecutive elements (16 bytes) of weight rows `group` and
-// `group` + 8 and of row `group` of x, and gives them to two mmas in the order the fragment
-// layout wants: registers .x, .y to the first, .z, .w to the second. W and x use the same order,
-// so the products pair the right elements. One step along K is 32 elements: per lane 2 weight
-// loads, 1 load of x (from L1: every warp reads it), 2 mmas, where the FMA loop above spends
-// 8 conversions and 64 FMAs per 16 bytes of one row.
+// (lane / 4, lane % 4) loads 8 consecutive elements (16 bytes) of weight row `group` and of
+// row `group` of x, and gives them to two mmas in the order the fragment layout wants:
+// registers .x, .y to the first, .z, .w to the second. W and x use the same order, so the
+// products pair the right elements. A warp step is 32 elements of 8 weight rows: per lane
+// one weight load, one load of x (from L1: every warp reads it) and 2 mmas, where the FMA loop
+// above spends 8 conversions and 32 FMAs per 16 bytes of weights at M = 4.
+// Loads in flight: each lane keeps a ring of kMmaRing weight loads (its next kMmaRing steps);
+// a step's registers are refilled with the load kMmaRing steps ahead as soon as its mmas are
+// issued, so 64 registers of weights are always on their way, as in the FMA loop.
 template <typename T>
-__device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                            uint32_t a3, uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                            uint32_t b1) {
+  // A's registers a1 and a3 hold its rows 8..15: zeros (x has at most 8 rows).
   if constexpr (std::is_same_v<T, __half>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
   } else {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
   }
 }
 
-constexpr int kMmaStep = 32;        // elements along K per warp step (4 lanes x 8)
-constexpr int kMmaRound = 4;        // steps whose weight loads are in flight together
+constexpr int kMmaStep = 32;   // elements along K per warp step (4 lanes x 8)
+constexpr int kMmaRing = 16;   // weight loads each lane keeps in flight
 
-// One lane's share of a round of kMmaRound steps: 16 bytes of each of its two weight rows per step.
-struct WeightRound {
-  uint4 lo[kMmaRound], hi[kMmaRound];   // rows `group` and `group` + 8
-};
-
-// The two mmas of one step: w_lo, w_hi from the lane's two weight rows, xs from its row of x.
+// The two mmas of one step: 16 bytes of the lane's weight row and of its row of x.
 template <typename T>
-__device__ __forceinline__ void mma_step(float (&c)[4], const uint4& w_lo, const uint4& w_hi,
-                                         const uint4& xs) {
-  mma_16x8x16<T>(c, w_lo.x, w_hi.x, w_lo.y, w_hi.y, xs.x, xs.y);
-  mma_16x8x16<T>(c, w_lo.z, w_hi.z, w_lo.w, w_hi.w, xs.z, xs.w);
+__device__ __forceinline__ void mma_step(float (&c)[4], const uint4& ws, const uint4& xs) {
+  mma_16x8x16<T>(c, xs.x, xs.y, ws.x, ws.y);
+  mma_16x8x16<T>(c, xs.z, xs.w, ws.z, ws.w);
 }
 
 // Same arguments as decode_linear_kernel; M (1..8) is a run-time value here: it only says which
-// lanes load x and which write. A warp streams 16 weight rows: plain, 16 output features;
-// kGated, 8 gate rows and their 8 up rows (the lane holding a gate sum holds its up sum too).
+// lanes load x and which write. A warp streams 8 weight rows: plain, 8 output features;
+// kGated, 4 gate rows and their 4 up rows.
 template <typename T, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
                          const T* __restrict__ bias, const T* __restrict__ residual,
                          T* __restrict__ out, int M, int N, int K) {
-  constexpr int kOutRows = kGated ? 8 : 16;      // output features per warp
+  constexpr int kOutRows = kGated ? 4 : 8;      // output features per warp
   constexpr int kRowGroups = kWarps / kSplits;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -374,100 +372,103 @@ decode_linear_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
   const int k_part = warp % kSplits;
   const int row0 = (blockIdx.x * kRowGroups + row_group) * kOutRows;
 
-  // The lane's weight rows (features past N read row N - 1: in bounds, results not written).
-  const auto weight_row = [&](int r) {   // r in 0..15, the row of the 16-row tile
-    const int feature = min(row0 + (kGated ? r % 8 : r), N - 1);
-    const int64_t row = kGated && r >= 8 ? static_cast<int64_t>(N) + feature : feature;
-    return w + row * K + quad * 8;
-  };
-  const T* const w_lo = weight_row(group);
-  const T* const w_hi = weight_row(group + 8);
+  // The lane's weight row: tile row `group` (gated: 0..3 gate rows, 4..7 the matching up rows).
+  // Features past N read row N - 1: in bounds, and their results are not written.
+  const int feature = min(row0 + (kGated ? group % 4 : group), N - 1);
+  const int64_t w_row = kGated && group >= 4 ? static_cast<int64_t>(N) + feature : feature;
+  const T* const w_lane = w + w_row * K + quad * 8;
   const bool has_x = group < M;
-  const T* const x_row = x + static_cast<int64_t>(has_x ? group : 0) * K + quad * 8;
+  const T* const x_lane = x + static_cast<int64_t>(has_x ? group : 0) * K + quad * 8;
 
-  // Step s (of this warp: k_part, k_part + kSplits, ...) covers elements [32 s, 32 s + 32).
+  // The warp's steps: k_part, k_part + kSplits, ...; step s covers elements [32 s, 32 s + 32).
   constexpr int k_stride = kMmaStep * kSplits;
-  constexpr int round_stride = k_stride * kMmaRound;
-  const auto load_round = [&](int k, WeightRound& round) {
-#pragma unroll
-    for (int u = 0; u < kMmaRound; ++u) {
-      round.lo[u] = load_streaming(w_lo + k + u * k_stride);
-      round.hi[u] = load_streaming(w_hi + k + u * k_stride);
-    }
-  };
+  constexpr int ring_stride = k_stride * kMmaRing;
+  const int k_first = k_part * kMmaStep;
+  const int whole_steps = K / kMmaStep;   // steps that end inside K; the warp takes every kSplits-th
+  const int my_whole_steps = whole_steps > k_part ? (whole_steps - k_part - 1) / kSplits + 1 : 0;
+  const int rings = my_whole_steps / kMmaRing;
   const auto load_x = [&](int k) {
-    return has_x ? __ldg(reinterpret_cast<const uint4*>(x_row + k)) : make_uint4(0, 0, 0, 0);
+    return has_x ? __ldg(reinterpret_cast<const uint4*>(x_lane + k)) : make_uint4(0, 0, 0, 0);
   };
+
+  uint4 ring[kMmaRing];
+  // The weights do not depend on the kernel before: the first ring is loaded before the wait.
+  if (rings > 0) {
+#pragma unroll
+    for (int u = 0; u < kMmaRing; ++u) ring[u] = load_streaming(w_lane + k_first + u * k_stride);
+  }
+  attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
 
   float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int k = k_part * kMmaStep;
-  // The weights do not depend on the kernel before: the first round is loaded before the wait,
-  // while that kernel finishes.
-  WeightRound next;
-  const bool first_round = k + round_stride - k_stride + kMmaStep <= K;
-  if (first_round) load_round(k, next);
-  attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
-  if (first_round) {
-    for (;;) {
-      const WeightRound now = next;
-      const bool more = k + 2 * round_stride - k_stride + kMmaStep <= K;
-      if (more) load_round(k + round_stride, next);
+  int k = k_first;
+  for (int r = 1; r < rings; ++r, k += ring_stride) {  // use a ring, refill it with the next
 #pragma unroll
-      for (int u = 0; u < kMmaRound; ++u) mma_step<T>(c, now.lo[u], now.hi[u], load_x(k + u * k_stride));
-      k += round_stride;
-      if (!more) break;
+    for (int u = 0; u < kMmaRing; ++u) {
+      mma_step<T>(c, ring[u], load_x(k + u * k_stride));
+      ring[u] = load_streaming(w_lane + k + ring_stride + u * k_stride);
     }
   }
-  // The steps left over, one at a time; in the last, lanes past K take zeros.
-  for (; k < K; k += k_stride) {
-    const bool in_k = k + quad * 8 < K;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    mma_step<T>(c, in_k ? load_streaming(w_lo + k) : zero, in_k ? load_streaming(w_hi + k) : zero,
-                in_k ? load_x(k) : zero);
+  if (rings > 0) {  // the last whole ring
+#pragma unroll
+    for (int u = 0; u < kMmaRing; ++u) mma_step<T>(c, ring[u], load_x(k + u * k_stride));
+    k += ring_stride;
+  }
+  // The steps left over (fewer than a ring; the last may end past K, where lanes take zeros).
+#pragma unroll
+  for (int u = 0; u < kMmaRing; ++u) {
+    const bool in_k = k + u * k_stride + quad * 8 < K;
+    ring[u] = in_k ? load_streaming(w_lane + k + u * k_stride) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < kMmaRing; ++u) {
+    if (k + u * k_stride < K) {
+      const bool in_k = k + u * k_stride + quad * 8 < K;
+      mma_step<T>(c, ring[u], in_k ? load_x(k + u * k_stride) : make_uint4(0, 0, 0, 0));
+    }
   }
 
   attn::let_next_kernel_start();
 
+  // c[0], c[1]: row `group` of x, tile features 2 quad and 2 quad + 1 (c[2], c[3]: A's zero rows).
   if constexpr (kSplits > 1) {
-    __shared__ float partial[kWarps][32][4];
+    __shared__ float partial[kWarps][32][2];
     if (k_part > 0) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) partial[warp][lane][i] = c[i];
+      partial[warp][lane][0] = c[0];
+      partial[warp][lane][1] = c[1];
     }
     __syncthreads();
     if (k_part == 0) {
 #pragma unroll
       for (int part = 1; part < kSplits; ++part) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) c[i] += partial[warp + part][lane][i];
+        c[0] += partial[warp + part][lane][0];
+        c[1] += partial[warp + part][lane][1];
       }
     }
   }
-  // c[0], c[1]: feature row `group` of the tile, rows 2 quad and 2 quad + 1 of x; c[2], c[3]:
-  // tile row `group` + 8 (plain: feature row0 + 8 + group; gated: the up row of feature `group`).
   if (k_part != 0) return;
-  const auto plus_bias = [&](float sum, int64_t w_row) {
-    return sum + (bias != nullptr ? to_float(bias[w_row]) : 0.0f);
-  };
-  const auto store = [&](int m, int row, float y) {
-    if (m >= M || row >= N) return;
-    const int64_t at = static_cast<int64_t>(m) * N + row;
-    out[at] = from_float<T>(y + (residual != nullptr ? to_float(residual[at]) : 0.0f));
+  // Gated: tile features 0..3 are gates, 4..7 their up rows: quads 0, 1 hold gates, 2, 3 ups.
+  float up[2] = {0.0f, 0.0f};
+  if constexpr (kGated) {
+    up[0] = __shfl_xor_sync(0xffffffffu, c[0], 2);
+    up[1] = __shfl_xor_sync(0xffffffffu, c[1], 2);
+    if (quad >= 2) return;
+  }
+  const int m = group;
+  if (m >= M) return;
+  const auto plus_bias = [&](float sum, int64_t row) {
+    return sum + (bias != nullptr ? to_float(bias[row]) : 0.0f);
   };
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int m = 2 * quad + i;
-    const int row = row0 + group;
+    const int row = row0 + 2 * quad + i;
+    if (row >= N) continue;
+    float y = plus_bias(c[i], row);
     if constexpr (kGated) {
-      if (row < N) {
-        const float gate = plus_bias(c[i], row);
-        const float up = plus_bias(c[2 + i], static_cast<int64_t>(N) + row);
-        store(m, row, gate / (1.0f + __expf(-gate)) * up);  // silu(gate) * up
-      }
-    } else {
-      if (row < N) store(m, row, plus_bias(c[i], row));
-      if (row + 8 < N) store(m, row + 8, plus_bias(c[2 + i], row + 8));
+      const float u = plus_bias(up[i], static_cast<int64_t>(N) + row);
+      y = y / (1.0f + __expf(-y)) * u;  // silu(gate) * up
     }
+    const int64_t at = static_cast<int64_t>(m) * N + row;
+    out[at] = from_float<T>(y + (residual != nullptr ? to_float(residual[at]) : 0.0f));
   }
 }
 
@@ -528,7 +529,7 @@ void launch_mma(const torch::Tensor& x, const torch::Tensor& w, const T* bias, c
                 const torch::Tensor& out, int rows, int N, int K, int k_splits, cudaStream_t stream) {
   const auto launch_split = [&](auto splits) {
     constexpr int kSplits = decltype(splits)::value;
-    const int features_per_block = kWarps / kSplits * (kGated ? 8 : 16);
+    const int features_per_block = kWarps / kSplits * (kGated ? 4 : 8);
     attn::launch_overlapped(kGated ? "decode_linear_mma_kernel (SwiGLU)" : "decode_linear_mma_kernel",
                             decode_linear_mma_kernel<T, kGated, kSplits>,
                             dim3(attn::ceil_div(N, features_per_block)), dim3(kThreads), stream,
@@ -583,9 +584,10 @@ int choose_k_splits(int K, int64_t element_size) {
   const bool mma = element_size == 2 && use_mma();
   // A warp's step along K: 32 lanes x 16 bytes (FMA loop), or 4 lanes x 8 elements (mma).
   const int elements_per_step = mma ? kMmaStep : 32 * static_cast<int>(16 / element_size);
+  const int min_steps = mma ? 2 * kMmaRing : kMinStepsPerWarp;
   const int steps = attn::ceil_div(K, elements_per_step);
   int k_splits = 1;
-  while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= kMinStepsPerWarp) k_splits *= 2;
+  while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= min_steps) k_splits *= 2;
   return k_splits;
 }
 
