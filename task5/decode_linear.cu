@@ -345,24 +345,26 @@ __device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t
   }
 }
 
-constexpr int kMmaStep = 32;   // elements along K per warp step (4 lanes x 8)
-constexpr int kMmaRing = 16;   // weight loads each lane keeps in flight
+constexpr int kMmaRing = 16;   // 16-byte weight loads each lane keeps in flight
 
-// The two mmas of one step: 16 bytes of the lane's weight row and of its row of x.
+// The two mmas of one 16-byte piece: the lane's weight row and its row of x.
 template <typename T>
-__device__ __forceinline__ void mma_step(float (&c)[4], const uint4& ws, const uint4& xs) {
+__device__ __forceinline__ void mma_piece(float (&c)[4], const uint4& ws, const uint4& xs) {
   mma_16x8x16<T>(c, xs.x, xs.y, ws.x, ws.y);
   mma_16x8x16<T>(c, xs.z, xs.w, ws.z, ws.w);
 }
 
 // Same arguments as decode_linear_kernel; M (1..8) is a run-time value here: it only says which
 // lanes load x and which write. A warp streams 8 weight rows: plain, 8 output features;
-// kGated, 4 gate rows and their 4 up rows.
-template <typename T, bool kGated, int kSplits>
+// kGated, 4 gate rows and their 4 up rows. kPieces: adjacent 16-byte pieces a lane loads per
+// step (a warp step: 8 rows x 64 kPieces bytes).
+template <typename T, bool kGated, int kSplits, int kPieces>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
                          const T* __restrict__ bias, const T* __restrict__ residual,
                          T* __restrict__ out, int M, int N, int K) {
+  constexpr int kStep = 32 * kPieces;            // elements along K per warp step
+  constexpr int kRingSteps = kMmaRing / kPieces;
   constexpr int kOutRows = kGated ? 4 : 8;      // output features per warp
   constexpr int kRowGroups = kWarps / kSplits;
   const int warp = threadIdx.x / 32;
@@ -376,26 +378,34 @@ decode_linear_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
   // Features past N read row N - 1: in bounds, and their results are not written.
   const int feature = min(row0 + (kGated ? group % 4 : group), N - 1);
   const int64_t w_row = kGated && group >= 4 ? static_cast<int64_t>(N) + feature : feature;
-  const T* const w_lane = w + w_row * K + quad * 8;
+  const T* const w_lane = w + w_row * K + quad * 8 * kPieces;
   const bool has_x = group < M;
-  const T* const x_lane = x + static_cast<int64_t>(has_x ? group : 0) * K + quad * 8;
+  const T* const x_lane = x + static_cast<int64_t>(has_x ? group : 0) * K + quad * 8 * kPieces;
 
-  // The warp's steps: k_part, k_part + kSplits, ...; step s covers elements [32 s, 32 s + 32).
-  constexpr int k_stride = kMmaStep * kSplits;
-  constexpr int ring_stride = k_stride * kMmaRing;
-  const int k_first = k_part * kMmaStep;
-  const int whole_steps = K / kMmaStep;   // steps that end inside K; the warp takes every kSplits-th
+  // The warp's steps: k_part, k_part + kSplits, ...; step s covers elements [kStep s, kStep (s + 1)).
+  constexpr int k_stride = kStep * kSplits;
+  constexpr int ring_stride = k_stride * kRingSteps;
+  const int k_first = k_part * kStep;
+  const int whole_steps = K / kStep;   // steps that end inside K; the warp takes every kSplits-th
   const int my_whole_steps = whole_steps > k_part ? (whole_steps - k_part - 1) / kSplits + 1 : 0;
-  const int rings = my_whole_steps / kMmaRing;
+  const int rings = my_whole_steps / kRingSteps;
   const auto load_x = [&](int k) {
     return has_x ? __ldg(reinterpret_cast<const uint4*>(x_lane + k)) : make_uint4(0, 0, 0, 0);
   };
+  const auto use_step = [&](float (&c)[4], const uint4 (&ws)[kPieces], int k) {
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) mma_piece<T>(c, ws[p], load_x(k + p * 8));
+  };
+  const auto load_step = [&](uint4 (&ws)[kPieces], int k) {
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) ws[p] = load_streaming(w_lane + k + p * 8);
+  };
 
-  uint4 ring[kMmaRing];
+  uint4 ring[kRingSteps][kPieces];
   // The weights do not depend on the kernel before: the first ring is loaded before the wait.
   if (rings > 0) {
 #pragma unroll
-    for (int u = 0; u < kMmaRing; ++u) ring[u] = load_streaming(w_lane + k_first + u * k_stride);
+    for (int u = 0; u < kRingSteps; ++u) load_step(ring[u], k_first + u * k_stride);
   }
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
 
@@ -403,27 +413,34 @@ decode_linear_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
   int k = k_first;
   for (int r = 1; r < rings; ++r, k += ring_stride) {  // use a ring, refill it with the next
 #pragma unroll
-    for (int u = 0; u < kMmaRing; ++u) {
-      mma_step<T>(c, ring[u], load_x(k + u * k_stride));
-      ring[u] = load_streaming(w_lane + k + ring_stride + u * k_stride);
+    for (int u = 0; u < kRingSteps; ++u) {
+      use_step(c, ring[u], k + u * k_stride);
+      load_step(ring[u], k + ring_stride + u * k_stride);
     }
   }
   if (rings > 0) {  // the last whole ring
 #pragma unroll
-    for (int u = 0; u < kMmaRing; ++u) mma_step<T>(c, ring[u], load_x(k + u * k_stride));
+    for (int u = 0; u < kRingSteps; ++u) use_step(c, ring[u], k + u * k_stride);
     k += ring_stride;
   }
-  // The steps left over (fewer than a ring; the last may end past K, where lanes take zeros).
+  // The steps left over (fewer than a ring, and perhaps one that ends past K): pieces past K
+  // are zeros.
 #pragma unroll
-  for (int u = 0; u < kMmaRing; ++u) {
-    const bool in_k = k + u * k_stride + quad * 8 < K;
-    ring[u] = in_k ? load_streaming(w_lane + k + u * k_stride) : make_uint4(0, 0, 0, 0);
+  for (int u = 0; u < kRingSteps; ++u) {
+#pragma unroll
+    for (int p = 0; p < kPieces; ++p) {
+      const int at = k + u * k_stride + p * 8;
+      ring[u][p] = at + quad * 8 * kPieces < K ? load_streaming(w_lane + at) : make_uint4(0, 0, 0, 0);
+    }
   }
 #pragma unroll
-  for (int u = 0; u < kMmaRing; ++u) {
+  for (int u = 0; u < kRingSteps; ++u) {
     if (k + u * k_stride < K) {
-      const bool in_k = k + u * k_stride + quad * 8 < K;
-      mma_step<T>(c, ring[u], in_k ? load_x(k + u * k_stride) : make_uint4(0, 0, 0, 0));
+#pragma unroll
+      for (int p = 0; p < kPieces; ++p) {
+        const int at = k + u * k_stride + p * 8;
+        mma_piece<T>(c, ring[u][p], at + quad * 8 * kPieces < K ? load_x(at) : make_uint4(0, 0, 0, 0));
+      }
     }
   }
 
@@ -524,14 +541,14 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
   }
 }
 
-template <typename T, bool kGated>
+template <typename T, bool kGated, int kPieces>
 void launch_mma(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                 const torch::Tensor& out, int rows, int N, int K, int k_splits, cudaStream_t stream) {
   const auto launch_split = [&](auto splits) {
     constexpr int kSplits = decltype(splits)::value;
     const int features_per_block = kWarps / kSplits * (kGated ? 4 : 8);
     attn::launch_overlapped(kGated ? "decode_linear_mma_kernel (SwiGLU)" : "decode_linear_mma_kernel",
-                            decode_linear_mma_kernel<T, kGated, kSplits>,
+                            decode_linear_mma_kernel<T, kGated, kSplits, kPieces>,
                             dim3(attn::ceil_div(N, features_per_block)), dim3(kThreads), stream,
                             reinterpret_cast<const T*>(x.data_ptr()),
                             reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
@@ -544,7 +561,11 @@ void launch_mma(const torch::Tensor& x, const torch::Tensor& w, const T* bias, c
   }
 }
 
-bool use_mma() { return !attn::switched_off("ATTN_DECODE_LINEAR_MMA"); }
+int mma_pieces() {
+  const char* env = std::getenv("ATTN_DECODE_LINEAR_MMA");
+  return env == nullptr ? 2 : std::atoi(env);
+}
+bool use_mma() { return mma_pieces() != 0; }
 
 template <typename T, bool kGated>
 void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
@@ -554,7 +575,8 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
   const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if constexpr (!std::is_same_v<T, float>) {
-    if (use_mma()) return launch_mma<T, kGated>(x, w, b, res, out, rows, N, K, k_splits, stream);
+    if (mma_pieces() == 1) return launch_mma<T, kGated, 1>(x, w, b, res, out, rows, N, K, k_splits, stream);
+    if (mma_pieces() == 2) return launch_mma<T, kGated, 2>(x, w, b, res, out, rows, N, K, k_splits, stream);
   }
   switch (rows) {
     case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
@@ -583,8 +605,8 @@ int choose_k_splits(int K, int64_t element_size) {
   if (forced > 0) return forced;
   const bool mma = element_size == 2 && use_mma();
   // A warp's step along K: 32 lanes x 16 bytes (FMA loop), or 4 lanes x 8 elements (mma).
-  const int elements_per_step = mma ? kMmaStep : 32 * static_cast<int>(16 / element_size);
-  const int min_steps = mma ? 2 * kMmaRing : kMinStepsPerWarp;
+  const int elements_per_step = mma ? 32 * mma_pieces() : 32 * static_cast<int>(16 / element_size);
+  const int min_steps = mma ? 2 * kMmaRing / mma_pieces() : kMinStepsPerWarp;
   const int steps = attn::ceil_div(K, elements_per_step);
   int k_splits = 1;
   while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= min_steps) k_splits *= 2;
