@@ -310,22 +310,59 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
-// ---- The 16-bit types on tensor cores --------------------------------------------------------
+// ---- The 16-bit types: weights through shared memory by bulk copies, products on tensor cores --
 //
-// mma.sync m16n8k16 multiplies A [16 x 16] by B [16 x 8] into C [16 x 8] (fp32). Here A is the
-// rows of x (M <= 8; A's rows 8..15 are zeros) by 16 elements along K, B is the same 16
-// elements of 8 weight rows (output features), and C accumulates [rows of x x 8 features].
-// A lane's fragments are taken straight from global memory, with no shared memory and no
-// shuffle: a dot product does not care in which order K is walked, so lane (group, quad) =
-// (lane / 4, lane % 4) loads 8 consecutive elements (16 bytes) of weight row `group` and of
-// row `group` of x, and gives them to two mmas in the order the fragment layout wants:
-// registers .x, .y to the first, .z, .w to the second. W and x use the same order, so the
-// products pair the right elements. A warp step is 32 elements of 8 weight rows: per lane
-// one weight load, one load of x (from L1: every warp reads it) and 2 mmas, where the FMA loop
-// above spends 8 conversions and 32 FMAs per 16 bytes of weights at M = 4.
-// Loads in flight: each lane keeps a ring of kMmaRing weight loads (its next kMmaRing steps);
-// a step's registers are refilled with the load kMmaRing steps ahead as soon as its mmas are
-// issued, so 64 registers of weights are always on their way, as in the FMA loop.
+// Why not registers: a lane's mma fragments could be loaded from global memory directly (the
+// order along K is free), but then each warp load touches 8 rows x 64 bytes, and the SM's L1
+// keeps too few such requests in flight (measured: task6/NOTES.md). Here one thread asks the
+// SM's bulk-copy unit (TMA) for whole row segments: the block streams its 8 weight rows in
+// stages of kBulkStageElems elements per row (1 KiB), kBulkStages stages in flight, each
+// completing on an mbarrier; the copies hold no registers and no L1 entries.
+// mma.sync m16n8k16 multiplies A [16 x 16] by B [16 x 8] into C [16 x 8] (fp32): A is the rows
+// of x (M <= 8; A's rows 8..15 are zeros) by 16 elements along K, B the same 16 elements of the
+// block's 8 weight rows, C [rows of x x 8 features]. A dot product does not care in which order
+// K is walked, so lane (group, quad) = (lane / 4, lane % 4) reads 8 consecutive elements (16
+// bytes) of weight row `group` (shared memory) and of row `group` of x (global, L1), and gives
+// registers .x, .y to one mma and .z, .w to the next: W and x in the same order.
+namespace bulk {
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// `bytes` (a multiple of 16) from global `src` to shared `dst`, completing on mbarrier `bar`.
+__device__ __forceinline__ void copy_async(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900   // Hopper's bulk-copy unit; the host checks
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#endif
+}
+
+}  // namespace bulk
+
 template <typename T>
 __device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
                                             uint32_t b1) {
@@ -345,133 +382,103 @@ __device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t
   }
 }
 
-constexpr int kMmaRing = 16;   // 16-byte weight loads each lane keeps in flight
-
-// The two mmas of one 16-byte piece: the lane's weight row and its row of x.
-template <typename T>
-__device__ __forceinline__ void mma_piece(float (&c)[4], const uint4& ws, const uint4& xs) {
-  mma_16x8x16<T>(c, xs.x, xs.y, ws.x, ws.y);
-  mma_16x8x16<T>(c, xs.z, xs.w, ws.z, ws.w);
-}
+constexpr int kBulkRows = 8;           // weight rows per block: mma's n
+constexpr int kBulkStageElems = 512;   // elements of each row per stage (1 KiB of 16-bit)
+constexpr int kBulkStages = 4;         // stages in flight
+constexpr int kBulkRowPitch = kBulkStageElems * 2 + 64;  // bytes; +64: rows g, g + 1 in other banks
+constexpr int kBulkWarpElems = kBulkStageElems / kWarps;  // a warp's share of a stage
 
 // Same arguments as decode_linear_kernel; M (1..8) is a run-time value here: it only says which
-// lanes load x and which write. A warp streams 8 weight rows: plain, 8 output features;
-// kGated, 4 gate rows and their 4 up rows. kPieces: adjacent 16-byte pieces a lane loads per
-// step (a warp step: 8 rows x 64 kPieces bytes).
-template <typename T, bool kGated, int kSplits, int kPieces>
+// lanes read x and which write. Block b streams weight rows 8 b .. 8 b + 7 (kGated: gate rows
+// 4 b .. 4 b + 3 and their up rows) over all of K; each warp takes a quarter of every stage.
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-decode_linear_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                         const T* __restrict__ bias, const T* __restrict__ residual,
-                         T* __restrict__ out, int M, int N, int K) {
-  constexpr int kStep = 32 * kPieces;            // elements along K per warp step
-  constexpr int kRingSteps = kMmaRing / kPieces;
-  constexpr int kOutRows = kGated ? 4 : 8;      // output features per warp
-  constexpr int kRowGroups = kWarps / kSplits;
+decode_linear_bulk_kernel(const T* __restrict__ x, const T* __restrict__ w,
+                          const T* __restrict__ bias, const T* __restrict__ residual,
+                          T* __restrict__ out, int M, int N, int K, bool gated) {
+  static_assert(sizeof(T) == 2, "the bulk kernel is for fp16 and bf16");
+  __shared__ alignas(128) unsigned char stages[kBulkStages][kBulkRows][kBulkRowPitch];
+  __shared__ alignas(8) uint64_t full[kBulkStages];
+  __shared__ float partial[kWarps][32][2];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int group = lane / 4, quad = lane % 4;
-  const int row_group = warp / kSplits;
-  const int k_part = warp % kSplits;
-  const int row0 = (blockIdx.x * kRowGroups + row_group) * kOutRows;
+  const int out_rows = gated ? kBulkRows / 2 : kBulkRows;
+  const int row0 = blockIdx.x * out_rows;
+  const int n_stages = (K + kBulkStageElems - 1) / kBulkStageElems;
 
-  // The lane's weight row: tile row `group` (gated: 0..3 gate rows, 4..7 the matching up rows).
-  // Features past N read row N - 1: in bounds, and their results are not written.
-  const int feature = min(row0 + (kGated ? group % 4 : group), N - 1);
-  const int64_t w_row = kGated && group >= 4 ? static_cast<int64_t>(N) + feature : feature;
-  const T* const w_lane = w + w_row * K + quad * 8 * kPieces;
-  const bool has_x = group < M;
-  const T* const x_lane = x + static_cast<int64_t>(has_x ? group : 0) * K + quad * 8 * kPieces;
-
-  // The warp's steps: k_part, k_part + kSplits, ...; step s covers elements [kStep s, kStep (s + 1)).
-  constexpr int k_stride = kStep * kSplits;
-  constexpr int ring_stride = k_stride * kRingSteps;
-  const int k_first = k_part * kStep;
-  const int whole_steps = K / kStep;   // steps that end inside K; the warp takes every kSplits-th
-  const int my_whole_steps = whole_steps > k_part ? (whole_steps - k_part - 1) / kSplits + 1 : 0;
-  const int rings = my_whole_steps / kRingSteps;
-  const auto load_x = [&](int k) {
-    return has_x ? __ldg(reinterpret_cast<const uint4*>(x_lane + k)) : make_uint4(0, 0, 0, 0);
-  };
-  const auto use_step = [&](float (&c)[4], const uint4 (&ws)[kPieces], int k) {
+  // Stage s of the 8 rows into slot s % kBulkStages: one bulk copy per row (thread 0).
+  const auto issue = [&](int s) {
+    const int slot = s % kBulkStages;
+    const int elems = min(kBulkStageElems, K - s * kBulkStageElems);
+    const uint32_t bytes = static_cast<uint32_t>(elems) * sizeof(T);
+    const uint32_t bar = bulk::smem_address(&full[slot]);
+    bulk::mbarrier_arrive_expect_tx(bar, bytes * kBulkRows);
 #pragma unroll
-    for (int p = 0; p < kPieces; ++p) mma_piece<T>(c, ws[p], load_x(k + p * 8));
+    for (int r = 0; r < kBulkRows; ++r) {
+      // Tile row r: feature row0 + r (gated: gate row0 + r, or the up row of row0 + r - 4);
+      // features past N read row N - 1 (results not written).
+      const int feature = min(row0 + (gated ? r % 4 : r), N - 1);
+      const int64_t w_row = gated && r >= 4 ? static_cast<int64_t>(N) + feature : feature;
+      bulk::copy_async(bulk::smem_address(stages[slot][r]),
+                       w + w_row * K + static_cast<int64_t>(s) * kBulkStageElems, bytes, bar);
+    }
   };
-  const auto load_step = [&](uint4 (&ws)[kPieces], int k) {
+  if (threadIdx.x == 0) {
 #pragma unroll
-    for (int p = 0; p < kPieces; ++p) ws[p] = load_streaming(w_lane + k + p * 8);
-  };
-
-  uint4 ring[kRingSteps][kPieces];
-  // The weights do not depend on the kernel before: the first ring is loaded before the wait.
-  if (rings > 0) {
-#pragma unroll
-    for (int u = 0; u < kRingSteps; ++u) load_step(ring[u], k_first + u * k_stride);
+    for (int i = 0; i < kBulkStages; ++i) bulk::mbarrier_init(bulk::smem_address(&full[i]), 1);
+    bulk::mbarrier_init_fence();
+  }
+  __syncthreads();
+  // The weights do not depend on the kernel before: the first stages are asked for before the wait.
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < min(kBulkStages, n_stages); ++s) issue(s);
   }
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
 
+  const bool has_x = group < M;
+  const T* const x_lane = x + static_cast<int64_t>(has_x ? group : 0) * K;
   float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int k = k_first;
-  for (int r = 1; r < rings; ++r, k += ring_stride) {  // use a ring, refill it with the next
+  for (int s = 0; s < n_stages; ++s) {
+    const int slot = s % kBulkStages;
+    bulk::mbarrier_wait(bulk::smem_address(&full[slot]), (s / kBulkStages) & 1);
 #pragma unroll
-    for (int u = 0; u < kRingSteps; ++u) {
-      use_step(c, ring[u], k + u * k_stride);
-      load_step(ring[u], k + ring_stride + u * k_stride);
+    for (int step = 0; step < kBulkWarpElems / 32; ++step) {
+      const int e = warp * kBulkWarpElems + step * 32 + quad * 8;   // this lane's element of the stage
+      const int k = s * kBulkStageElems + e;
+      if (k - quad * 8 >= K) break;   // the warp's step starts past K (the last stage is partial)
+      // Lanes past K take zeros (the slot holds an older stage there); all lanes join the mma.
+      const bool in_k = k < K;
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      const uint4 ws = in_k ? *reinterpret_cast<const uint4*>(&stages[slot][group][e * sizeof(T)]) : zero;
+      const uint4 xs = in_k && has_x ? __ldg(reinterpret_cast<const uint4*>(x_lane + k)) : zero;
+      mma_16x8x16<T>(c, xs.x, xs.y, ws.x, ws.y);
+      mma_16x8x16<T>(c, xs.z, xs.w, ws.z, ws.w);
     }
-  }
-  if (rings > 0) {  // the last whole ring
-#pragma unroll
-    for (int u = 0; u < kRingSteps; ++u) use_step(c, ring[u], k + u * k_stride);
-    k += ring_stride;
-  }
-  // The steps left over (fewer than a ring, and perhaps one that ends past K): pieces past K
-  // are zeros.
-#pragma unroll
-  for (int u = 0; u < kRingSteps; ++u) {
-#pragma unroll
-    for (int p = 0; p < kPieces; ++p) {
-      const int at = k + u * k_stride + p * 8;
-      ring[u][p] = at + quad * 8 * kPieces < K ? load_streaming(w_lane + at) : make_uint4(0, 0, 0, 0);
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kRingSteps; ++u) {
-    if (k + u * k_stride < K) {
-#pragma unroll
-      for (int p = 0; p < kPieces; ++p) {
-        const int at = k + u * k_stride + p * 8;
-        mma_piece<T>(c, ring[u][p], at + quad * 8 * kPieces < K ? load_x(at) : make_uint4(0, 0, 0, 0));
-      }
-    }
+    __syncthreads();   // every warp is done with the slot: refill it
+    if (threadIdx.x == 0 && s + kBulkStages < n_stages) issue(s + kBulkStages);
   }
 
   attn::let_next_kernel_start();
 
   // c[0], c[1]: row `group` of x, tile features 2 quad and 2 quad + 1 (c[2], c[3]: A's zero rows).
-  if constexpr (kSplits > 1) {
-    __shared__ float partial[kWarps][32][2];
-    if (k_part > 0) {
-      partial[warp][lane][0] = c[0];
-      partial[warp][lane][1] = c[1];
-    }
-    __syncthreads();
-    if (k_part == 0) {
+  // The warps' partial sums over their quarters of K, added in a fixed order by warp 0.
+  if (warp > 0) {
+    partial[warp][lane][0] = c[0];
+    partial[warp][lane][1] = c[1];
+  }
+  __syncthreads();
+  if (warp > 0) return;
 #pragma unroll
-      for (int part = 1; part < kSplits; ++part) {
-        c[0] += partial[warp + part][lane][0];
-        c[1] += partial[warp + part][lane][1];
-      }
-    }
+  for (int part = 1; part < kWarps; ++part) {
+    c[0] += partial[part][lane][0];
+    c[1] += partial[part][lane][1];
   }
-  if (k_part != 0) return;
   // Gated: tile features 0..3 are gates, 4..7 their up rows: quads 0, 1 hold gates, 2, 3 ups.
-  float up[2] = {0.0f, 0.0f};
-  if constexpr (kGated) {
-    up[0] = __shfl_xor_sync(0xffffffffu, c[0], 2);
-    up[1] = __shfl_xor_sync(0xffffffffu, c[1], 2);
-    if (quad >= 2) return;
-  }
+  const float up0 = __shfl_xor_sync(0xffffffffu, c[0], 2);
+  const float up1 = __shfl_xor_sync(0xffffffffu, c[1], 2);
+  if ((gated && quad >= 2) || group >= M) return;
   const int m = group;
-  if (m >= M) return;
   const auto plus_bias = [&](float sum, int64_t row) {
     return sum + (bias != nullptr ? to_float(bias[row]) : 0.0f);
   };
@@ -480,8 +487,8 @@ decode_linear_mma_kernel(const T* __restrict__ x, const T* __restrict__ w,
     const int row = row0 + 2 * quad + i;
     if (row >= N) continue;
     float y = plus_bias(c[i], row);
-    if constexpr (kGated) {
-      const float u = plus_bias(up[i], static_cast<int64_t>(N) + row);
+    if (gated) {
+      const float u = plus_bias(i == 0 ? up0 : up1, static_cast<int64_t>(N) + row);
       y = y / (1.0f + __expf(-y)) * u;  // silu(gate) * up
     }
     const int64_t at = static_cast<int64_t>(m) * N + row;
@@ -541,31 +548,28 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
   }
 }
 
-template <typename T, bool kGated, int kPieces>
-void launch_mma(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
-                const torch::Tensor& out, int rows, int N, int K, int k_splits, cudaStream_t stream) {
-  const auto launch_split = [&](auto splits) {
-    constexpr int kSplits = decltype(splits)::value;
-    const int features_per_block = kWarps / kSplits * (kGated ? 4 : 8);
-    attn::launch_overlapped(kGated ? "decode_linear_mma_kernel (SwiGLU)" : "decode_linear_mma_kernel",
-                            decode_linear_mma_kernel<T, kGated, kSplits, kPieces>,
-                            dim3(attn::ceil_div(N, features_per_block)), dim3(kThreads), stream,
-                            reinterpret_cast<const T*>(x.data_ptr()),
-                            reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                            reinterpret_cast<T*>(out.data_ptr()), rows, N, K);
-  };
-  switch (k_splits) {
-    case 1: launch_split(std::integral_constant<int, 1>{}); break;
-    case 2: launch_split(std::integral_constant<int, 2>{}); break;
-    default: launch_split(std::integral_constant<int, 4>{}); break;
-  }
+template <typename T>
+void launch_bulk(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
+                 const torch::Tensor& out, int rows, int N, int K, bool gated, cudaStream_t stream) {
+  attn::launch_overlapped(gated ? "decode_linear_bulk_kernel (SwiGLU)" : "decode_linear_bulk_kernel",
+                          decode_linear_bulk_kernel<T>,
+                          dim3(attn::ceil_div(N, gated ? kBulkRows / 2 : kBulkRows)), dim3(kThreads),
+                          stream, reinterpret_cast<const T*>(x.data_ptr()),
+                          reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
+                          reinterpret_cast<T*>(out.data_ptr()), rows, N, K, gated);
 }
 
-int mma_pieces() {
-  const char* env = std::getenv("ATTN_DECODE_LINEAR_MMA");
-  return env == nullptr ? 2 : std::atoi(env);
+// The bulk kernel needs Hopper's bulk-copy unit; ATTN_DECODE_LINEAR_BULK=0 keeps the FMA loop.
+bool use_bulk() {
+  if (attn::switched_off("ATTN_DECODE_LINEAR_BULK")) return false;
+  static int major[64] = {};
+  const int device = c10::cuda::current_device();
+  if (device >= 64) return false;
+  if (major[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device));
+  }
+  return major[device] >= 9;
 }
-bool use_mma() { return mma_pieces() != 0; }
 
 template <typename T, bool kGated>
 void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
@@ -575,8 +579,7 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
   const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if constexpr (!std::is_same_v<T, float>) {
-    if (mma_pieces() == 1) return launch_mma<T, kGated, 1>(x, w, b, res, out, rows, N, K, k_splits, stream);
-    if (mma_pieces() == 2) return launch_mma<T, kGated, 2>(x, w, b, res, out, rows, N, K, k_splits, stream);
+    if (use_bulk()) return launch_bulk<T>(x, w, b, res, out, rows, N, K, kGated, stream);
   }
   switch (rows) {
     case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
@@ -603,10 +606,8 @@ int choose_k_splits(int K, int64_t element_size) {
     return value == 1 || value == 2 || value == 4 ? value : 0;
   }();
   if (forced > 0) return forced;
-  const bool mma = element_size == 2 && use_mma();
-  // A warp's step along K: 32 lanes x 16 bytes (FMA loop), or 4 lanes x 8 elements (mma).
-  const int elements_per_step = mma ? 32 * mma_pieces() : 32 * static_cast<int>(16 / element_size);
-  const int min_steps = mma ? 2 * kMmaRing / mma_pieces() : kMinStepsPerWarp;
+  const int elements_per_step = 32 * static_cast<int>(16 / element_size);  // 32 lanes x 16 bytes
+  const int min_steps = kMinStepsPerWarp;
   const int steps = attn::ceil_div(K, elements_per_step);
   int k_splits = 1;
   while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= min_steps) k_splits *= 2;
