@@ -383,7 +383,7 @@ __device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t
 }
 
 constexpr int kBulkRows = 8;           // weight rows per block: mma's n
-constexpr int kBulkStageElems = 512;   // elements of each row per stage (1 KiB of 16-bit)
+constexpr int kBulkStageElems = 256;   // elements of each row per stage (512 bytes of 16-bit)
 constexpr int kBulkStages = 4;         // stages in flight
 constexpr int kBulkRowPitch = kBulkStageElems * 2 + 64;  // bytes; +64: rows g, g + 1 in other banks
 constexpr int kBulkWarpElems = kBulkStageElems / kWarps;  // a warp's share of a stage
@@ -551,6 +551,16 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
 template <typename T>
 void launch_bulk(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
                  const torch::Tensor& out, int rows, int N, int K, bool gated, cudaStream_t stream) {
+  // x is read from L1 at every step: leave L1 room for it (at most half the SM's memory as
+  // shared memory), rather than more blocks.
+  static const bool carved = [] {
+    const char* env = std::getenv("ATTN_DECODE_LINEAR_BULK_CARVEOUT");
+    C10_CUDA_CHECK(cudaFuncSetAttribute(decode_linear_bulk_kernel<T>,
+                                        cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        env != nullptr ? std::atoi(env) : 50));
+    return true;
+  }();
+  (void)carved;
   attn::launch_overlapped(gated ? "decode_linear_bulk_kernel (SwiGLU)" : "decode_linear_bulk_kernel",
                           decode_linear_bulk_kernel<T>,
                           dim3(attn::ceil_div(N, gated ? kBulkRows / 2 : kBulkRows)), dim3(kThreads),
