@@ -310,192 +310,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
 }
 
-// ---- The 16-bit types: weights through shared memory by bulk copies, products on tensor cores --
-//
-// Why not registers: a lane's mma fragments could be loaded from global memory directly (the
-// order along K is free), but then each warp load touches 8 rows x 64 bytes, and the SM's L1
-// keeps too few such requests in flight (measured: task6/NOTES.md). Here one thread asks the
-// SM's bulk-copy unit (TMA) for whole row segments: the block streams its 8 weight rows in
-// stages of kBulkStageElems elements per row (1 KiB), kBulkStages stages in flight, each
-// completing on an mbarrier; the copies hold no registers and no L1 entries.
-// mma.sync m16n8k16 multiplies A [16 x 16] by B [16 x 8] into C [16 x 8] (fp32): A is the rows
-// of x (M <= 8; A's rows 8..15 are zeros) by 16 elements along K, B the same 16 elements of the
-// block's 8 weight rows, C [rows of x x 8 features]. A dot product does not care in which order
-// K is walked, so lane (group, quad) = (lane / 4, lane % 4) reads 8 consecutive elements (16
-// bytes) of weight row `group` (shared memory) and of row `group` of x (global, L1), and gives
-// registers .x, .y to one mma and .z, .w to the next: W and x in the same order.
-namespace bulk {
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
-__device__ __forceinline__ void mbarrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// `bytes` (a multiple of 16) from global `src` to shared `dst`, completing on mbarrier `bar`.
-__device__ __forceinline__ void copy_async(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900   // Hopper's bulk-copy unit; the host checks
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-#endif
-}
-
-}  // namespace bulk
-
-template <typename T>
-__device__ __forceinline__ void mma_16x8x16(float (&c)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                            uint32_t b1) {
-  // A's registers a1 and a3 hold its rows 8..15: zeros (x has at most 8 rows).
-  if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-  }
-}
-
-constexpr int kBulkRows = 8;           // weight rows per block: mma's n
-constexpr int kBulkStageElems = 256;   // elements of each row per stage (512 bytes of 16-bit)
-constexpr int kBulkStages = 4;         // stages in flight
-constexpr int kBulkRowPitch = kBulkStageElems * 2 + 64;  // bytes; +64: rows g, g + 1 in other banks
-constexpr int kBulkWarpElems = kBulkStageElems / kWarps;  // a warp's share of a stage
-
-// Same arguments as decode_linear_kernel; M (1..8) is a run-time value here: it only says which
-// lanes read x and which write. Block b streams weight rows 8 b .. 8 b + 7 (kGated: gate rows
-// 4 b .. 4 b + 3 and their up rows) over all of K; each warp takes a quarter of every stage.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-decode_linear_bulk_kernel(const T* __restrict__ x, const T* __restrict__ w,
-                          const T* __restrict__ bias, const T* __restrict__ residual,
-                          T* __restrict__ out, int M, int N, int K, bool gated) {
-  static_assert(sizeof(T) == 2, "the bulk kernel is for fp16 and bf16");
-  __shared__ alignas(128) unsigned char stages[kBulkStages][kBulkRows][kBulkRowPitch];
-  __shared__ alignas(8) uint64_t full[kBulkStages];
-  __shared__ float partial[kWarps][32][2];
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int group = lane / 4, quad = lane % 4;
-  const int out_rows = gated ? kBulkRows / 2 : kBulkRows;
-  const int row0 = blockIdx.x * out_rows;
-  const int n_stages = (K + kBulkStageElems - 1) / kBulkStageElems;
-
-  // Stage s of the 8 rows into slot s % kBulkStages: one bulk copy per row (thread 0).
-  const auto issue = [&](int s) {
-    const int slot = s % kBulkStages;
-    const int elems = min(kBulkStageElems, K - s * kBulkStageElems);
-    const uint32_t bytes = static_cast<uint32_t>(elems) * sizeof(T);
-    const uint32_t bar = bulk::smem_address(&full[slot]);
-    bulk::mbarrier_arrive_expect_tx(bar, bytes * kBulkRows);
-#pragma unroll
-    for (int r = 0; r < kBulkRows; ++r) {
-      // Tile row r: feature row0 + r (gated: gate row0 + r, or the up row of row0 + r - 4);
-      // features past N read row N - 1 (results not written).
-      const int feature = min(row0 + (gated ? r % 4 : r), N - 1);
-      const int64_t w_row = gated && r >= 4 ? static_cast<int64_t>(N) + feature : feature;
-      bulk::copy_async(bulk::smem_address(stages[slot][r]),
-                       w + w_row * K + static_cast<int64_t>(s) * kBulkStageElems, bytes, bar);
-    }
-  };
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < kBulkStages; ++i) bulk::mbarrier_init(bulk::smem_address(&full[i]), 1);
-    bulk::mbarrier_init_fence();
-  }
-  __syncthreads();
-  // The weights do not depend on the kernel before: the first stages are asked for before the wait.
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < min(kBulkStages, n_stages); ++s) issue(s);
-  }
-  attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
-
-  const bool has_x = group < M;
-  const T* const x_lane = x + static_cast<int64_t>(has_x ? group : 0) * K;
-  float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s = 0; s < n_stages; ++s) {
-    const int slot = s % kBulkStages;
-    bulk::mbarrier_wait(bulk::smem_address(&full[slot]), (s / kBulkStages) & 1);
-#pragma unroll
-    for (int step = 0; step < kBulkWarpElems / 32; ++step) {
-      const int e = warp * kBulkWarpElems + step * 32 + quad * 8;   // this lane's element of the stage
-      const int k = s * kBulkStageElems + e;
-      if (k - quad * 8 >= K) break;   // the warp's step starts past K (the last stage is partial)
-      // Lanes past K take zeros (the slot holds an older stage there); all lanes join the mma.
-      const bool in_k = k < K;
-      const uint4 zero = make_uint4(0, 0, 0, 0);
-      const uint4 ws = in_k ? *reinterpret_cast<const uint4*>(&stages[slot][group][e * sizeof(T)]) : zero;
-      const uint4 xs = in_k && has_x ? __ldg(reinterpret_cast<const uint4*>(x_lane + k)) : zero;
-      mma_16x8x16<T>(c, xs.x, xs.y, ws.x, ws.y);
-      mma_16x8x16<T>(c, xs.z, xs.w, ws.z, ws.w);
-    }
-    __syncthreads();   // every warp is done with the slot: refill it
-    if (threadIdx.x == 0 && s + kBulkStages < n_stages) issue(s + kBulkStages);
-  }
-
-  attn::let_next_kernel_start();
-
-  // c[0], c[1]: row `group` of x, tile features 2 quad and 2 quad + 1 (c[2], c[3]: A's zero rows).
-  // The warps' partial sums over their quarters of K, added in a fixed order by warp 0.
-  if (warp > 0) {
-    partial[warp][lane][0] = c[0];
-    partial[warp][lane][1] = c[1];
-  }
-  __syncthreads();
-  if (warp > 0) return;
-#pragma unroll
-  for (int part = 1; part < kWarps; ++part) {
-    c[0] += partial[part][lane][0];
-    c[1] += partial[part][lane][1];
-  }
-  // Gated: tile features 0..3 are gates, 4..7 their up rows: quads 0, 1 hold gates, 2, 3 ups.
-  const float up0 = __shfl_xor_sync(0xffffffffu, c[0], 2);
-  const float up1 = __shfl_xor_sync(0xffffffffu, c[1], 2);
-  if ((gated && quad >= 2) || group >= M) return;
-  const int m = group;
-  const auto plus_bias = [&](float sum, int64_t row) {
-    return sum + (bias != nullptr ? to_float(bias[row]) : 0.0f);
-  };
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = row0 + 2 * quad + i;
-    if (row >= N) continue;
-    float y = plus_bias(c[i], row);
-    if (gated) {
-      const float u = plus_bias(i == 0 ? up0 : up1, static_cast<int64_t>(N) + row);
-      y = y / (1.0f + __expf(-y)) * u;  // silu(gate) * up
-    }
-    const int64_t at = static_cast<int64_t>(m) * N + row;
-    out[at] = from_float<T>(y + (residual != nullptr ? to_float(residual[at]) : 0.0f));
-  }
-}
-
 // The blocks of `kernel` that fit on the GPU at once: its first wave, resident while the kernel
 // before it finishes. Looked up once per kernel and device.
 int first_wave_blocks(const void* kernel) {
@@ -548,39 +362,6 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
   }
 }
 
-template <typename T>
-void launch_bulk(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
-                 const torch::Tensor& out, int rows, int N, int K, bool gated, cudaStream_t stream) {
-  // x is read from L1 at every step: leave L1 room for it (at most half the SM's memory as
-  // shared memory), rather than more blocks.
-  static const bool carved = [] {
-    const char* env = std::getenv("ATTN_DECODE_LINEAR_BULK_CARVEOUT");
-    C10_CUDA_CHECK(cudaFuncSetAttribute(decode_linear_bulk_kernel<T>,
-                                        cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        env != nullptr ? std::atoi(env) : 50));
-    return true;
-  }();
-  (void)carved;
-  attn::launch_overlapped(gated ? "decode_linear_bulk_kernel (SwiGLU)" : "decode_linear_bulk_kernel",
-                          decode_linear_bulk_kernel<T>,
-                          dim3(attn::ceil_div(N, gated ? kBulkRows / 2 : kBulkRows)), dim3(kThreads),
-                          stream, reinterpret_cast<const T*>(x.data_ptr()),
-                          reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
-                          reinterpret_cast<T*>(out.data_ptr()), rows, N, K, gated);
-}
-
-// The bulk kernel needs Hopper's bulk-copy unit; ATTN_DECODE_LINEAR_BULK=0 keeps the FMA loop.
-bool use_bulk() {
-  if (attn::switched_off("ATTN_DECODE_LINEAR_BULK")) return false;
-  static int major[64] = {};
-  const int device = c10::cuda::current_device();
-  if (device >= 64) return false;
-  if (major[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device));
-  }
-  return major[device] >= 9;
-}
-
 template <typename T, bool kGated>
 void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
             const std::optional<torch::Tensor>& residual, const torch::Tensor& out, int rows, int N,
@@ -588,9 +369,6 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
   const T* b = bias.has_value() ? reinterpret_cast<const T*>(bias->data_ptr()) : nullptr;
   const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  if constexpr (!std::is_same_v<T, float>) {
-    if (use_bulk()) return launch_bulk<T>(x, w, b, res, out, rows, N, K, kGated, stream);
-  }
   switch (rows) {
     case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
     case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
@@ -617,10 +395,9 @@ int choose_k_splits(int K, int64_t element_size) {
   }();
   if (forced > 0) return forced;
   const int elements_per_step = 32 * static_cast<int>(16 / element_size);  // 32 lanes x 16 bytes
-  const int min_steps = kMinStepsPerWarp;
   const int steps = attn::ceil_div(K, elements_per_step);
   int k_splits = 1;
-  while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= min_steps) k_splits *= 2;
+  while (k_splits < kMaxKSplits && steps / (2 * k_splits) >= kMinStepsPerWarp) k_splits *= 2;
   return k_splits;
 }
 
