@@ -29,8 +29,11 @@ Fused decode (fused_decode=True, the default, on our kernels): a decode step's s
 are merged (task5/fused.py): the norms run on one kernel each, RoPE on q and k and the cache
 write of k and v on one (reading the position on the device), and the MLP's gate and up
 products with silu(gate) * up on one pass of the streamed weights. Same math; fewer launches,
-each of which costs a few microseconds even inside a CUDA graph. fused_decode=False runs the
-course's path (attend_custom below, task 6's apply_rope), which the tests check as well.
+each of which costs a few microseconds even inside a CUDA graph. Fused prefill
+(fused_prefill=True, the default): the prefill's RoPE and cache write run on the same
+rope_append kernel (one pass over q, k and v instead of apply_rope's three kernels and the
+cache copies), and its attention reads k and v back from the cache. With both False the model
+runs the course's path (attend_custom below, task 6's apply_rope), which the tests check as well.
 
 attention="torch" runs the same model on plain PyTorch (F.scaled_dot_product_attention and
 tensor writes into the cache): the reference the tests compare against, and the path that
@@ -75,6 +78,7 @@ class StepInfo:
     cos: torch.Tensor | None           # [S, head_dim] RoPE tables at this call's positions
     sin: torch.Tensor | None           # (None on the fused decode path, which needs neither)
     fused: bool = False                # a decode step on our fused kernels (task5/fused.py)
+    rope_append: bool = False          # RoPE + cache write on rope_append (fused decode or prefill)
 
 
 def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
@@ -119,14 +123,21 @@ class Attention(nn.Module):
         batch, seq, _ = x.shape
         heads, kv_heads = self.num_heads, self.num_kv_heads
         qkv = linear(self.qkv_proj, x, step).view(batch, seq, heads + 2 * kv_heads, self.head_dim)
-        if step.fused:
-            # One kernel rotates q and k and writes k and v into the cache; then the decode.
+        if step.rope_append:
+            # One kernel rotates q and k and writes k and v into the cache; then the attention,
+            # with the keys and values read back from the cache.
             ops = kernels()
             q = ops.rope_append(qkv[:, :, :heads], qkv[:, :, heads:heads + kv_heads],
                                 qkv[:, :, heads + kv_heads:], k_cache, v_cache, step.rope.cos,
                                 step.rope.sin, step.current_pos)
-            out = ops.decode_attention(q.view(batch, 1, heads * self.head_dim), k_cache, v_cache,
-                                       heads, step.seq_len)
+            if step.decode:
+                out = ops.decode_attention(q.view(batch, 1, heads * self.head_dim), k_cache,
+                                           v_cache, heads, step.seq_len)
+            else:   # a prefill: the prompt, at position 0, is the cache's first `seq` rows
+                k, v = (cache[:, :seq].view(batch, seq, kv_heads, self.head_dim).transpose(1, 2)
+                        for cache in (k_cache, v_cache))
+                out = ops.flash_attention(q.transpose(1, 2), k, v, causal=True)
+                out = out.transpose(1, 2).reshape(batch, seq, heads * self.head_dim)
             return linear(self.o_proj, out, step, residual)
         # RoPE on the q and k heads together (one rotation, 3 kernels, for both); k is rotated
         # before it is cached. q, k, v are views [B, S, heads, head_dim] whose rows are 2 or 3
@@ -232,14 +243,16 @@ class customModel(nn.Module):
     dtype here: model.half() or .to(dtype) afterwards would also round the RoPE tables.
     style: "gpt" (LayerNorm, biases: the course model) or "llama" (RMSNorm, no biases);
     num_kv_heads: the K/V heads (default num_heads; fewer is grouped-query attention).
-    fused_decode: decode steps on our fused kernels (module docstring); `model.fused_decode`
-    switches it later.
+    fused_decode: decode steps on our fused kernels; fused_prefill: the prefill's RoPE and cache
+    write on one (module docstring). `model.fused_decode` and `model.fused_prefill` switch them
+    later; both False is the course's path.
     """
 
     def __init__(self, hidden_dim: int, num_heads: int, num_layers: int, vocab_size: int,
                  max_seq_len: int = 4096, attention: str = "custom", *, device=None,
                  dtype: torch.dtype = torch.float32, seed: int = 0, style: str = "gpt",
-                 num_kv_heads: int | None = None, fused_decode: bool = True):
+                 num_kv_heads: int | None = None, fused_decode: bool = True,
+                 fused_prefill: bool = True):
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         for name, value in (("hidden_dim", hidden_dim), ("num_heads", num_heads),
@@ -262,6 +275,7 @@ class customModel(nn.Module):
                             f"references on the torch path), got {dtype}.")
         self.hidden_dim, self.num_heads, self.num_layers = hidden_dim, num_heads, num_layers
         self.num_kv_heads, self.style, self.fused_decode = num_kv_heads, style, bool(fused_decode)
+        self.fused_prefill = bool(fused_prefill)
         self.head_dim = hidden_dim // num_heads
         self.kv_hidden = num_kv_heads * self.head_dim   # features of a cache row
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
@@ -372,10 +386,13 @@ class customModel(nn.Module):
             # decode step: decode steps feed back ids that argmax chose, always in range.
             self._check_token_range(tokens)
 
-        fused = decode and self.fused_decode and self.attention_backend == "custom"
-        cos, sin = (None, None) if fused else self.rope.at(current_pos, seq, self.dtype)
+        custom = self.attention_backend == "custom"
+        fused = decode and self.fused_decode and custom
+        rope_append = fused or (not decode and self.fused_prefill and custom)
+        cos, sin = (None, None) if rope_append else self.rope.at(current_pos, seq, self.dtype)
         step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=current_pos,
-                        seq_len=current_pos + seq, rope=self.rope, cos=cos, sin=sin, fused=fused)
+                        seq_len=current_pos + seq, rope=self.rope, cos=cos, sin=sin, fused=fused,
+                        rope_append=rope_append)
         x = self.embed(tokens)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             x = layer(x, k_cache, v_cache, step)

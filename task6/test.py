@@ -240,9 +240,9 @@ def _fp32_agreement(cfg: Config, device, gen, token_seed: int, with_fp64: bool):
     # (task 6's attend_custom and apply_rope) in a graph.
     for graph, fused in ((True, True), (False, True), (True, False)):
         mode = ("CUDA graph" if graph else "eager") + ("" if fused else ", unfused")
-        model.fused_decode = fused
+        model.fused_decode = model.fused_prefill = fused   # unfused: the course's path
         tokens, logits = generate(model, prompt, n, use_cuda_graph=graph, return_logits=True)
-        model.fused_decode = True
+        model.fused_decode = model.fused_prefill = True
         runs[(graph, fused)] = (tokens, logits)
         split = first_divergence(tokens, ref_tokens)
         checks.append(Check(
@@ -304,9 +304,9 @@ def _agreement_vs_reference(cfg: Config, dtype: torch.dtype, device, gen, ref_dt
     first_run = None
     for graph, fused in [(g, True) for g in graphs] + [(graphs[0], False)]:
         mode = ("CUDA graph" if graph else "eager") + ("" if fused else ", unfused")
-        model.fused_decode = fused
+        model.fused_decode = model.fused_prefill = fused   # unfused: the course's path
         tokens, logits = generate(model, prompt, n, use_cuda_graph=graph, return_logits=True)
-        model.fused_decode = True
+        model.fused_decode = model.fused_prefill = True
         if graph and fused:
             first_run = (tokens, logits)
         err = relative_error(logits, teacher_forced_logits(ref, prompt, tokens))
@@ -584,9 +584,9 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
 
     ours_tokens, ours = run(model, "custom", graph=True, warmup=True)
     _, ours_eager = run(model, "custom", graph=False, warmup=True)
-    model.fused_decode = False   # the course's decode path, for comparison
+    model.fused_decode = model.fused_prefill = False   # the course's path, for comparison
     _, unfused = run(model, "custom", graph=True, warmup=True)
-    model.fused_decode = True
+    model.fused_decode = model.fused_prefill = True
     profile = decode_profile(model, prompt)
     torch_tokens, torch_eager = run(model, "torch", graph=False, warmup=True)
     try:   # an extra peer (the issue compares with the eager PyTorch path): never fatal

@@ -297,9 +297,9 @@ class FakeKernels:
 
     def rope_append(self, q, k, v, k_cache, v_cache, cos, sin, current_pos):
         pos = self._position(current_pos)
-        assert q.dim() == k.dim() == v.dim() == 4 and k.shape == v.shape and q.shape[1] == 1
+        assert q.dim() == k.dim() == v.dim() == 4 and k.shape == v.shape and q.shape[1] == k.shape[1]
         assert cos.dtype == sin.dtype == torch.float32 and cos.shape[1] == q.shape[-1]
-        assert 0 <= pos < min(k_cache.shape[1], cos.shape[0])
+        assert 0 <= pos and pos + q.shape[1] <= min(k_cache.shape[1], cos.shape[0])
         self.calls.append("rope_append")
         return torch_ops().rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos).contiguous()
 
@@ -335,9 +335,10 @@ def _custom_generation_matches_torch(model: customModel) -> None:
 
 
 def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
-    """The course's path (fused_decode=False): the student's attend_custom in both phases."""
+    """The course's path (fused_decode and fused_prefill False): the student's attend_custom in
+    both phases."""
     model = tiny_model()
-    model.fused_decode = False
+    model.fused_decode = model.fused_prefill = False
     _custom_generation_matches_torch(model)
     per_layer = TINY.layers
     assert fake_kernels.calls[:2 * per_layer] == ["update_kv_cache", "flash_attention"] * per_layer
@@ -346,11 +347,12 @@ def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
 
 def test_fused_decode_calls_the_fused_kernels(fake_kernels):
     """The default decode on our kernels: per layer one norm, RoPE + cache append, the
-    decode, one norm, SwiGLU (plus the final norm); the prefill is the course's path."""
+    decode, one norm, SwiGLU (plus the final norm); the default prefill: RoPE + cache append,
+    then the attention over the cache (fused_prefill=False: the course's prefill)."""
     model = tiny_model()
     _custom_generation_matches_torch(model)
     per_layer = TINY.layers
-    assert fake_kernels.calls[:2 * per_layer] == ["update_kv_cache", "flash_attention"] * per_layer
+    assert fake_kernels.calls[:2 * per_layer] == ["rope_append", "flash_attention"] * per_layer
     step = ["add_norm", "rope_append", "decode_attention", "add_norm", "decode_swiglu"] * per_layer
     assert fake_kernels.calls[2 * per_layer:] == (step + ["add_norm"]) * 4
 
@@ -406,7 +408,7 @@ def test_llama_style_attention_is_grouped_query_attention():
 @pytest.mark.parametrize("fused", [True, False])
 def test_llama_style_runs_through_the_custom_branch(fake_kernels, fused):
     model = llama_model()
-    model.fused_decode = fused
+    model.fused_decode = model.fused_prefill = fused
     _custom_generation_matches_torch(model)
     assert ("rope_append" in fake_kernels.calls) == fused
 
