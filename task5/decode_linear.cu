@@ -47,6 +47,11 @@
 // it (x replaced by gamma * (x - pivot), the row sums taken on the way) made the bf16
 // products slower by more than the norm kernel it removed cost (task6/NOTES.md).
 //
+// Nor does it need tensor cores: mma.sync versions (fragments loaded straight from global
+// memory, or from shared memory filled by bulk copies) execute fewer instructions per byte but
+// measured slower than this loop on every product of task 6, their loads touching 8 rows x 64
+// bytes where this loop reads 512 contiguous bytes of one row (task6/NOTES.md).
+//
 // Measured speed (GB/s of weights read, against cuBLAS; task 6's TBT against its roofline):
 // Results.md, rendered from results/<gpu>.json.
 
