@@ -43,6 +43,8 @@ SECTION = Section(
     "100 greedy tokens)",
     intro=("TBT is a whole decode step replayed as one CUDA graph. TTFT is one prefill of the "
            f"prompt, the median of {TTFT_ROUNDS} rounds that alternate ours and the PyTorch path. "
+           "Both prefills run the same cuBLAS products; ours runs RoPE and the cache write on task "
+           "5's rope_append kernel (fused_prefill) and the attention on task 4's kernels. "
            "In the per-kernel table "
            "(torch.profiler, eager steps) the fused decode kernels are launched overlapped "
            "(task5/device_values.cuh: each may start while the one before it finishes), so "
