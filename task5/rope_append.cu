@@ -1,8 +1,9 @@
 // RoPE and the KV-cache append in one kernel: q and k rotated, k and v written into the cache.
 //
-// Not part of the graded course: task 6's model calls it in its decode steps, in place of
-// task 6's apply_rope (3 kernels, on q and k together) plus task 5's update_kv_cache (1), and
-// of the per-step gathers of the cos/sin rows (the position is read here, on the device).
+// Not part of the graded course: task 6's model calls it in its decode steps and its prefills,
+// in place of task 6's apply_rope (3 kernels, on q and k together) plus task 5's
+// update_kv_cache (1), and, in decode, of the per-step gathers of the cos/sin rows (the
+// position is read here, on the device).
 // The PyTorch twin in task5/ops.py is the reference its tests compare against.
 //
 // The idea. At position p, RoPE rotates point i = (x[i], x[i + D/2]) of a head vector by the

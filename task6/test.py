@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -189,6 +190,19 @@ def _course_config(args) -> Config:
 
 # --- correctness ----------------------------------------------------------------------------
 
+@contextmanager
+def fused_kernels(model: customModel, on: bool):
+    """Within the block, the model runs on task 5's fused kernels (decode steps, and the
+    prefill's RoPE and cache write) or, with on=False, on the course's path: the student's
+    attend_custom and apply_rope in both phases. The settings before are restored after."""
+    before = model.fused_decode, model.fused_prefill
+    model.fused_decode = model.fused_prefill = on
+    try:
+        yield
+    finally:
+        model.fused_decode, model.fused_prefill = before
+
+
 def _fp32_agreement(cfg: Config, device, gen, token_seed: int, with_fp64: bool):
     """Our path vs the PyTorch path on the same fp32 weights: prefill logits and cache, greedy
     tokens and every decode step's logits (graph on and off), bit-for-bit repeat."""
@@ -240,9 +254,8 @@ def _fp32_agreement(cfg: Config, device, gen, token_seed: int, with_fp64: bool):
     # (task 6's attend_custom and apply_rope) in a graph.
     for graph, fused in ((True, True), (False, True), (True, False)):
         mode = ("CUDA graph" if graph else "eager") + ("" if fused else ", unfused")
-        model.fused_decode = model.fused_prefill = fused   # unfused: the course's path
-        tokens, logits = generate(model, prompt, n, use_cuda_graph=graph, return_logits=True)
-        model.fused_decode = model.fused_prefill = True
+        with fused_kernels(model, fused):   # unfused: the course's path
+            tokens, logits = generate(model, prompt, n, use_cuda_graph=graph, return_logits=True)
         runs[(graph, fused)] = (tokens, logits)
         split = first_divergence(tokens, ref_tokens)
         checks.append(Check(
@@ -304,9 +317,8 @@ def _agreement_vs_reference(cfg: Config, dtype: torch.dtype, device, gen, ref_dt
     first_run = None
     for graph, fused in [(g, True) for g in graphs] + [(graphs[0], False)]:
         mode = ("CUDA graph" if graph else "eager") + ("" if fused else ", unfused")
-        model.fused_decode = model.fused_prefill = fused   # unfused: the course's path
-        tokens, logits = generate(model, prompt, n, use_cuda_graph=graph, return_logits=True)
-        model.fused_decode = model.fused_prefill = True
+        with fused_kernels(model, fused):   # unfused: the course's path
+            tokens, logits = generate(model, prompt, n, use_cuda_graph=graph, return_logits=True)
         if graph and fused:
             first_run = (tokens, logits)
         err = relative_error(logits, teacher_forced_logits(ref, prompt, tokens))
@@ -584,9 +596,8 @@ def _course_one(cfg: Config, name: str, device, gen) -> tuple[list[Check], dict]
 
     ours_tokens, ours = run(model, "custom", graph=True, warmup=True)
     _, ours_eager = run(model, "custom", graph=False, warmup=True)
-    model.fused_decode = model.fused_prefill = False   # the course's path, for comparison
-    _, unfused = run(model, "custom", graph=True, warmup=True)
-    model.fused_decode = model.fused_prefill = True
+    with fused_kernels(model, False):   # the course's path, for comparison
+        _, unfused = run(model, "custom", graph=True, warmup=True)
     profile = decode_profile(model, prompt)
     torch_tokens, torch_eager = run(model, "torch", graph=False, warmup=True)
     try:   # an extra peer (the issue compares with the eager PyTorch path): never fatal
