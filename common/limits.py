@@ -24,17 +24,12 @@ DECODE_LINEAR_K_SPLITS = (1, 2, 4)  # its warps per row along K (divisors of a b
 NORM_MAX_THREADS = 1024             # task5/norm.cu: one block per row
 NORM_MAX_PIECES_PER_THREAD = 8
 NORM_MAX_PIECES = NORM_MAX_THREADS * NORM_MAX_PIECES_PER_THREAD   # 16-byte pieces of one row
-# A norm folded into decode_linear's epilogues: the producer adds each row's sums of h and h^2
-# into this many fp64 slots (spreading its warps' atomics), [slots, DECODE_LINEAR_MAX_ROWS, 2].
-NORM_STAT_SLOTS = 16
-NORM_STATS_SHAPE = (NORM_STAT_SLOTS, DECODE_LINEAR_MAX_ROWS, 2)
 
 # The preprocessor names the extensions see, and their values.
 DEFINES = {"ATTN_MAX_HEAD_DIM": MAX_HEAD_DIM, "ATTN_HEAD_DIM_MULTIPLE": HEAD_DIM_MULTIPLE,
            "ATTN_DECODE_LINEAR_MAX_ROWS": DECODE_LINEAR_MAX_ROWS,
            "ATTN_NORM_MAX_THREADS": NORM_MAX_THREADS,
-           "ATTN_NORM_MAX_PIECES_PER_THREAD": NORM_MAX_PIECES_PER_THREAD,
-           "ATTN_NORM_STAT_SLOTS": NORM_STAT_SLOTS}
+           "ATTN_NORM_MAX_PIECES_PER_THREAD": NORM_MAX_PIECES_PER_THREAD}
 
 
 def define_flags() -> list[str]:

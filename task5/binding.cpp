@@ -23,19 +23,13 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
                                int64_t num_splits, std::optional<torch::Tensor> out);
 
 // y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x (decode_linear.cu).
-// With stats_out / stats_in, a norm folded into the epilogues (decode_linear.cu, NormFold).
 torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual, int64_t k_splits,
-                            std::optional<torch::Tensor> stats_out,
-                            std::optional<torch::Tensor> stats_in,
-                            std::optional<torch::Tensor> colsum, double eps, bool rms);
+                            std::optional<torch::Tensor> residual, int64_t k_splits);
 
 // SwiGLU's gate and up products in one pass over their stacked weights [2 * width, K]:
 // silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width] (decode_linear.cu).
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual, int64_t k_splits,
-                            std::optional<torch::Tensor> stats_in,
-                            std::optional<torch::Tensor> colsum, double eps, bool rms);
+                            std::optional<torch::Tensor> residual, int64_t k_splits);
 // LayerNorm or RMSNorm of x's rows, after the residual add if one is given: {out} or
 // {out, x + residual} (norm.cu).
 std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
@@ -87,15 +81,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_linear", &decode_linear,
         "y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x, streaming the weight",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
-        py::arg("residual") = py::none(), py::arg("k_splits") = 0,
-        py::arg("stats_out") = py::none(), py::arg("stats_in") = py::none(),
-        py::arg("colsum") = py::none(), py::arg("eps") = 1e-5, py::arg("rms") = false);
+        py::arg("residual") = py::none(), py::arg("k_splits") = 0);
   m.def("decode_swiglu", &decode_swiglu,
         "silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual) for at most 8 rows of x, weight [2*width, K]",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
-        py::arg("residual") = py::none(), py::arg("k_splits") = 0,
-        py::arg("stats_in") = py::none(), py::arg("colsum") = py::none(), py::arg("eps") = 1e-5,
-        py::arg("rms") = false);
+        py::arg("residual") = py::none(), py::arg("k_splits") = 0);
   m.def("add_norm", &add_norm,
         "LayerNorm (rms=False) or RMSNorm of x's rows, after adding residual if given: [out] or "
         "[out, x + residual]",

@@ -131,47 +131,6 @@ __device__ __forceinline__ uint4 load_streaming(const void* ptr) {
 using attn::from_float;
 using attn::to_float;
 
-// The norm before a product, without a norm kernel (task6/NOTES.md, "The norm in the epilogues").
-// A LayerNorm (or RMSNorm) followed by a product is, per output feature n of row m,
-//   y = rstd_m * (sum_k W'_nk h_mk - mean_m * colsum_n) + shift_n,
-// with W' = W * gamma (folded once, on the host), colsum_n = sum_k W'_nk and shift = W beta + bias:
-// the product streams the raw h, and only the row's mean and rstd are new, in the epilogue. They
-// come from the product that wrote h: each of its warps adds the sums of h and h^2 over the
-// outputs it wrote into kStatSlots slots per row (fp64, so that E[h^2] - mean^2 does not cancel),
-// and the consumer reads them after its wait. One kernel per norm fewer, and the loop unchanged.
-constexpr int kStatSlots = ATTN_NORM_STAT_SLOTS;
-constexpr int kFoldNone = 0, kFoldProduce = 1, kFoldConsume = 2;  // decode_linear_kernel's kFold
-struct NormFold {
-  double* stats_out = nullptr;       // [kStatSlots][kMaxRows][2]: this product adds its rows' sums
-  const double* stats_in = nullptr;  // the same, of x: normalise x in the epilogue
-  const float* colsum = nullptr;     // [weight rows] sums of W' (LayerNorm only)
-  float eps = 0.0f;
-  int rms = 0;
-};
-
-// The mean and rstd of each of the M rows of x from the producer's slots, in every lane of the
-// warp: lane l reads slot l % 16 of the sums (l < 16) or of the squares.
-template <int M>
-__device__ __forceinline__ void row_statistics(const NormFold& fold, int K, float (&mean)[M],
-                                               float (&rstd)[M]) {
-  static_assert(kStatSlots == 16, "one half-warp per kind of sum");
-  const int lane = threadIdx.x % 32;
-  double sums[M];
-#pragma unroll
-  for (int m = 0; m < M; ++m) sums[m] = fold.stats_in[((lane % 16) * kMaxRows + m) * 2 + lane / 16];
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    double v = sums[m];
-#pragma unroll
-    for (int offset = 8; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    const double sum = __shfl_sync(0xffffffffu, v, 0), squares = __shfl_sync(0xffffffffu, v, 16);
-    const double mu = fold.rms ? 0.0 : sum / K;
-    const double var = fmax(squares / K - mu * mu, 0.0);
-    mean[m] = static_cast<float>(mu);
-    rstd[m] = rsqrtf(static_cast<float>(var) + fold.eps);
-  }
-}
-
 // One step along K for one lane: its kRowsPerWarp pieces of W (already loaded) times the
 // matching pieces of the M rows of x (ordinary loads: every warp reads all of x, so L1 serves
 // it), accumulated in fp32.
@@ -210,62 +169,6 @@ __device__ __forceinline__ void stream_step(float (&acc)[kRowsPerWarp][M],
   accumulate_step<T, M>(acc, wp, x, K, k);
 }
 
-// The epilogue with a folded norm (NormFold): kFoldProduce adds the sums of the rows it writes
-// into fold.stats_out; kFoldConsume normalises x's rows here, from fold.stats_in. `writer` is
-// the thread that holds the warp's sums (lane 0 of a row group's first warp); `reader`, every
-// lane of that warp (they read the statistics together).
-template <typename T, int M, bool kGated, int kFold>
-__device__ __forceinline__ void folded_epilogue(const float (&acc)[kRowsPerWarp][M],
-                                                const NormFold& fold, const T* __restrict__ bias,
-                                                const T* __restrict__ residual,
-                                                T* __restrict__ out, int row0, int N, int K,
-                                                bool writer, bool reader) {
-  constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;
-  float mean[M], rstd[M];
-  if constexpr (kFold == kFoldConsume) {
-    if (reader) row_statistics<M>(fold, K, mean, rstd);
-  }
-  if (!writer) return;
-  const auto output = [&](float sum, int64_t w_row, int m) {
-    if constexpr (kFold == kFoldConsume) {
-      const float centre = fold.colsum != nullptr ? mean[m] * fold.colsum[w_row] : 0.0f;
-      sum = rstd[m] * (sum - centre);
-    }
-    return sum + (bias != nullptr ? to_float(bias[w_row]) : 0.0f);
-  };
-  float row_sum[M], row_squares[M];  // of the rows written (kFoldProduce)
-#pragma unroll
-  for (int m = 0; m < M; ++m) row_sum[m] = 0.0f, row_squares[m] = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kOutRows; ++r) {
-    const int row = row0 + r;
-    if (row >= N) continue;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const int64_t at = static_cast<int64_t>(m) * N + row;
-      float y = output(acc[r][m], row, m);
-      if constexpr (kGated) {
-        const float up = output(acc[r + kOutRows][m], static_cast<int64_t>(N) + row, m);
-        y = y / (1.0f + __expf(-y)) * up;  // silu(gate) * up
-      }
-      const float res = residual != nullptr ? to_float(residual[at]) : 0.0f;
-      const T stored = from_float<T>(y + res);
-      out[at] = stored;
-      const float v = to_float(stored);  // the sums are of h as stored, as a norm kernel reads it
-      row_sum[m] += v;
-      row_squares[m] += v * v;
-    }
-  }
-  if constexpr (kFold == kFoldProduce) {
-    double* slot = fold.stats_out + (blockIdx.x % kStatSlots) * kMaxRows * 2;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      atomicAdd(slot + 2 * m, static_cast<double>(row_sum[m]));
-      atomicAdd(slot + 2 * m + 1, static_cast<double>(row_squares[m]));
-    }
-  }
-}
-
 // x [M, K], w [N, K], bias [N] or null, residual [M, N] or null, out [M, N]; all contiguous,
 // rows of x and w 16-byte aligned (K * sizeof(T) % 16 == 0, checked on the host).
 // kGated (SwiGLU): w is [2N, K], the gate's N rows then the up projection's N rows (bias
@@ -277,11 +180,11 @@ __device__ __forceinline__ void folded_epilogue(const float (&acc)[kRowsPerWarp]
 // stride along K is a constant: with a run-time stride every unrolled load needed its own
 // address arithmetic, and the bf16 step (the most instructions per byte) lost what the split
 // gained (task6/NOTES.md).
-template <typename T, int M, bool kGated, int kSplits, int kFold>
+template <typename T, int M, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     int prefetch_blocks, unsigned prefetch_bytes, NormFold fold) {
+                     int prefetch_blocks, unsigned prefetch_bytes) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -386,34 +289,29 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
       }
     }
   }
-  if constexpr (kFold == kFoldNone) {
-    if (lane == 0 && k_part == 0) {
-      // The bias is read per output, not once per row before the loop over m: written that
-      // way, ptxas gives the bf16/fp16 kernels with k_splits 2 128 registers instead of 116 and
-      // schedules them differently, and task 6's bf16 step is faster (task6/NOTES.md).
-      const auto plus_bias = [&](float sum, int64_t w_row) {
-        return sum + (bias != nullptr ? to_float(bias[w_row]) : 0.0f);
-      };
+  if (lane == 0 && k_part == 0) {
+    // The bias is read per output, not once per row before the loop over m: written that way,
+    // ptxas gives the bf16/fp16 kernels with k_splits 2 128 registers instead of 116 and
+    // schedules them differently, and task 6's bf16 step is faster (measured: task6/NOTES.md).
+    const auto plus_bias = [&](float sum, int64_t w_row) {
+      return sum + (bias != nullptr ? to_float(bias[w_row]) : 0.0f);
+    };
 #pragma unroll
-      for (int r = 0; r < kOutRows; ++r) {
-        const int row = row0 + r;
-        if (row >= N) continue;
+    for (int r = 0; r < kOutRows; ++r) {
+      const int row = row0 + r;
+      if (row >= N) continue;
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
-          const int64_t at = static_cast<int64_t>(m) * N + row;
-          float y = plus_bias(acc[r][m], row);
-          if constexpr (kGated) {
-            const float up = plus_bias(acc[r + kOutRows][m], static_cast<int64_t>(N) + row);
-            y = y / (1.0f + __expf(-y)) * up;  // silu(gate) * up
-          }
-          const float res = residual != nullptr ? to_float(residual[at]) : 0.0f;
-          out[at] = from_float<T>(y + res);
+      for (int m = 0; m < M; ++m) {
+        const int64_t at = static_cast<int64_t>(m) * N + row;
+        float y = plus_bias(acc[r][m], row);
+        if constexpr (kGated) {
+          const float up = plus_bias(acc[r + kOutRows][m], static_cast<int64_t>(N) + row);
+          y = y / (1.0f + __expf(-y)) * up;  // silu(gate) * up
         }
+        const float res = residual != nullptr ? to_float(residual[at]) : 0.0f;
+        out[at] = from_float<T>(y + res);
       }
     }
-  } else {
-    folded_epilogue<T, M, kGated, kFold>(acc, fold, bias, residual, out, row0, N, K,
-                                         lane == 0 && k_part == 0, k_part == 0);
   }
 }
 
@@ -444,14 +342,12 @@ int64_t first_round_bytes(int64_t row_bytes, int k_splits) {
 
 template <typename T, int M, bool kGated>
 void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, const T* residual,
-                 const torch::Tensor& out, int N, int K, int k_splits, const NormFold& fold,
-                 cudaStream_t stream) {
-  const auto launch_split = [&](auto splits, auto fold_mode) {
+                 const torch::Tensor& out, int N, int K, int k_splits, cudaStream_t stream) {
+  const auto launch_split = [&](auto splits) {
     constexpr int kSplits = decltype(splits)::value;
-    constexpr int kFold = decltype(fold_mode)::value;
     const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
     const int blocks = attn::ceil_div(N, features_per_block);
-    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits, kFold>;
+    const auto kernel = decode_linear_kernel<T, M, kGated, kSplits>;
     // Only fp32 prefetches (the kernel says why), and only an overlapped launch has a kernel
     // before it to overlap.
     const bool prefetch = std::is_same_v<T, float> && attn::overlapped_launches_enabled();
@@ -462,40 +358,31 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
                             reinterpret_cast<const T*>(x.data_ptr()),
                             reinterpret_cast<const T*>(w.data_ptr()), bias, residual,
                             reinterpret_cast<T*>(out.data_ptr()), N, K, prefetch_blocks,
-                            static_cast<unsigned>(prefetch_bytes), fold);
-  };
-  const auto launch_fold = [&](auto splits) {
-    if (fold.stats_in != nullptr) {
-      launch_split(splits, std::integral_constant<int, kFoldConsume>{});
-    } else if (fold.stats_out != nullptr) {
-      if constexpr (!kGated) launch_split(splits, std::integral_constant<int, kFoldProduce>{});
-    } else {
-      launch_split(splits, std::integral_constant<int, kFoldNone>{});
-    }
+                            static_cast<unsigned>(prefetch_bytes));
   };
   switch (k_splits) {
-    case 1: launch_fold(std::integral_constant<int, 1>{}); break;
-    case 2: launch_fold(std::integral_constant<int, 2>{}); break;
-    default: launch_fold(std::integral_constant<int, 4>{}); break;
+    case 1: launch_split(std::integral_constant<int, 1>{}); break;
+    case 2: launch_split(std::integral_constant<int, 2>{}); break;
+    default: launch_split(std::integral_constant<int, 4>{}); break;
   }
 }
 
 template <typename T, bool kGated>
 void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<torch::Tensor>& bias,
             const std::optional<torch::Tensor>& residual, const torch::Tensor& out, int rows, int N,
-            int K, int k_splits, const NormFold& fold) {
+            int K, int k_splits) {
   const T* b = bias.has_value() ? reinterpret_cast<const T*>(bias->data_ptr()) : nullptr;
   const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   switch (rows) {
-    case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, fold, stream); break;
-    case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, fold, stream); break;
-    case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, k_splits, fold, stream); break;
-    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, fold, stream); break;
-    case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, k_splits, fold, stream); break;
-    case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, k_splits, fold, stream); break;
-    case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, k_splits, fold, stream); break;
-    default: launch_rows<T, 8, kGated>(x, w, b, res, out, N, K, k_splits, fold, stream); break;
+    case 1: launch_rows<T, 1, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 2: launch_rows<T, 2, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 3: launch_rows<T, 3, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 4: launch_rows<T, 4, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 5: launch_rows<T, 5, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 6: launch_rows<T, 6, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    case 7: launch_rows<T, 7, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
+    default: launch_rows<T, 8, kGated>(x, w, b, res, out, N, K, k_splits, stream); break;
   }
 }
 
@@ -521,59 +408,10 @@ int choose_k_splits(int K, int64_t element_size) {
 
 using attn::aligned16;
 
-// The optional tensors of a folded norm (NormFold), as the entries take them.
-struct FoldArgs {
-  std::optional<torch::Tensor> stats_out, stats_in, colsum;
-  double eps = 1e-5;
-  bool rms = false;
-};
-
-void check_stats(const torch::Tensor& t, const char* name, const torch::Tensor& x) {
-  attn::check_cuda_tensor(t, name);
-  TORCH_CHECK_TYPE(t.scalar_type() == torch::kFloat64,
-                   attn::str(name, " holds fp64 sums; it has dtype ", t.scalar_type(), "."));
-  TORCH_CHECK_VALUE(t.is_contiguous() && t.numel() == int64_t{kStatSlots} * kMaxRows * 2 &&
-                        t.device() == x.device(),
-                    attn::str(name, " must be a contiguous fp64 tensor of ", kStatSlots, " x ",
-                              kMaxRows, " x 2 sums on x's device (common/limits.py, "
-                              "NORM_STATS_SHAPE), zeroed before the product that fills it."));
-}
-
-NormFold check_fold(const FoldArgs& args, const torch::Tensor& x, int64_t weight_rows,
-                    const char* entry) {
-  NormFold fold;
-  if (args.stats_out.has_value()) {
-    check_stats(*args.stats_out, "stats_out", x);
-    fold.stats_out = args.stats_out->data_ptr<double>();
-  }
-  if (args.stats_in.has_value()) {
-    check_stats(*args.stats_in, "stats_in", x);
-    fold.stats_in = args.stats_in->data_ptr<double>();
-    TORCH_CHECK_VALUE(args.eps >= 0.0, attn::str("eps must be >= 0 but is ", args.eps, "."));
-    fold.eps = static_cast<float>(args.eps);
-    fold.rms = args.rms ? 1 : 0;
-    TORCH_CHECK_VALUE(args.rms || args.colsum.has_value(),
-                      attn::str(entry, ": a folded LayerNorm needs colsum, the sums of the "
-                                "weight's rows (RMSNorm does not)."));
-  }
-  if (args.colsum.has_value() && args.stats_in.has_value() && !args.rms) {
-    const torch::Tensor& c = *args.colsum;
-    attn::check_cuda_tensor(c, "colsum");
-    TORCH_CHECK_VALUE(c.scalar_type() == torch::kFloat32 && c.is_contiguous() && c.dim() == 1 &&
-                          c.size(0) == weight_rows && c.device() == x.device(),
-                      attn::str("colsum must be a contiguous fp32 vector of ", weight_rows,
-                                " sums (one per row of weight) on x's device; it is ",
-                                c.scalar_type(), " ", c.sizes(), "."));
-    fold.colsum = c.data_ptr<float>();
-  }
-  return fold;
-}
-
 // The two entries' shared checks and launch: `gated` halves the output features.
 torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
                   const std::optional<torch::Tensor>& bias,
-                  const std::optional<torch::Tensor>& residual, int64_t k_splits, bool gated,
-                  const FoldArgs& fold_args) {
+                  const std::optional<torch::Tensor>& residual, int64_t k_splits, bool gated) {
   const char* entry = gated ? "decode_swiglu" : "decode_linear";
   attn::check_cuda_tensor(x, "x");
   attn::check_dtype(x, "x", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
@@ -619,7 +457,6 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
   TORCH_CHECK_VALUE(k_splits == 0 || k_splits == 1 || k_splits == 2 || k_splits == 4,
                     attn::str(entry, ": k_splits is 1, 2 or 4 (warps of a block that split K), or "
                               "0 to choose from K; got ", k_splits, "."));
-  const NormFold fold = check_fold(fold_args, x, weight_rows, entry);
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor out = torch::empty(out_shape, x.options());
   const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
@@ -628,9 +465,9 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
   const auto dispatch = [&](auto gated_flag) {
     constexpr bool kGated = decltype(gated_flag)::value;
     switch (x.scalar_type()) {
-      case torch::kFloat32: launch<float, kGated>(x, weight, bias, residual, out, m, n, k, splits, fold); break;
-      case torch::kFloat16: launch<__half, kGated>(x, weight, bias, residual, out, m, n, k, splits, fold); break;
-      default: launch<__nv_bfloat16, kGated>(x, weight, bias, residual, out, m, n, k, splits, fold); break;
+      case torch::kFloat32: launch<float, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+      case torch::kFloat16: launch<__half, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
+      default: launch<__nv_bfloat16, kGated>(x, weight, bias, residual, out, m, n, k, splits); break;
     }
   };
   if (gated) {
@@ -646,26 +483,14 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
 // x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
 // residual [..., N] like the output; k_splits: 1, 2 or 4 warps per row along K, 0 to choose.
 // Returns [..., N] in x's dtype.
-// With stats_out (fp64 [NORM_STATS_SHAPE], zeroed), the sums of each output row and its squares
-// are added into it, for a norm folded into the next product; with stats_in (the previous
-// product's sums), x is normalised in the epilogue: weight must be W * gamma, bias W beta + bias,
-// and colsum (fp32 [N], LayerNorm) the sums of weight's rows (NormFold above).
 torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual, int64_t k_splits,
-                            std::optional<torch::Tensor> stats_out,
-                            std::optional<torch::Tensor> stats_in,
-                            std::optional<torch::Tensor> colsum, double eps, bool rms) {
-  return run(x, weight, bias, residual, k_splits, /*gated=*/false,
-             FoldArgs{stats_out, stats_in, colsum, eps, rms});
+                            std::optional<torch::Tensor> residual, int64_t k_splits) {
+  return run(x, weight, bias, residual, k_splits, /*gated=*/false);
 }
 
 // SwiGLU's first half in one pass: weight [2 * width, K] holds the gate rows then the up rows
 // (bias [2 * width] likewise); returns silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width].
-// stats_in, colsum, eps, rms: x normalised in the epilogue, as decode_linear's.
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
-                            std::optional<torch::Tensor> residual, int64_t k_splits,
-                            std::optional<torch::Tensor> stats_in,
-                            std::optional<torch::Tensor> colsum, double eps, bool rms) {
-  return run(x, weight, bias, residual, k_splits, /*gated=*/true,
-             FoldArgs{std::nullopt, stats_in, colsum, eps, rms});
+                            std::optional<torch::Tensor> residual, int64_t k_splits) {
+  return run(x, weight, bias, residual, k_splits, /*gated=*/true);
 }

@@ -79,66 +79,21 @@ class StepInfo:
     sin: torch.Tensor | None           # (None on the fused decode path, which needs neither)
     fused: bool = False                # a decode step on our fused kernels (task5/fused.py)
     rope_append: bool = False          # RoPE + cache write on rope_append (fused decode or prefill)
-    norm_stats: torch.Tensor | None = None   # fold_norms: the sums each folded norm reads
 
 
-@dataclass
-class Unnormed:
-    """norm(x) on the fold_norms path: x itself, which the product that reads it normalises in
-    its epilogue from `stats`, the sums of x's rows left by the product that wrote x
-    (task5/fused.py, "a norm folded into the products around it")."""
-
-    x: torch.Tensor
-    norm: nn.Module
-    stats: torch.Tensor
-
-
-def folded(norm_layer: nn.Module, product: nn.Linear):
-    """The product's weights with norm_layer folded in (task5/fused.py, fold_norm), computed
-    once and kept on the product; recomputed if either module's tensors change."""
-    from task5.fused import fold_norm
-    tensors = [t for t in (norm_layer.weight, getattr(norm_layer, "bias", None), product.weight,
-                           product.bias) if t is not None]
-    key = tuple((t.data_ptr(), t._version) for t in tensors)
-    cached = getattr(product, "_folded_norm", None)
-    if cached is None or cached[0] != key:
-        rms = isinstance(norm_layer, nn.RMSNorm)
-        bias = getattr(norm_layer, "bias", None)
-        # A norm at its initial value (gamma 1, beta 0) leaves the weights as they are: no copy.
-        gamma_is_one = bool((norm_layer.weight == 1).all())
-        beta_is_zero = bias is None or not bool(bias.any())
-        eps = norm_layer.eps if norm_layer.eps is not None else torch.finfo(product.weight.dtype).eps
-        cached = (key, fold_norm(norm_layer.weight, bias, product.weight, product.bias, eps, rms,
-                                 gamma_is_one=gamma_is_one, beta_is_zero=beta_is_zero))
-        product._folded_norm = cached
-    return cached[1]
-
-
-def linear(layer: nn.Linear, x: torch.Tensor | Unnormed, step: StepInfo,
-           residual: torch.Tensor | None = None, stats_out: int | None = None) -> torch.Tensor:
+def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
+           residual: torch.Tensor | None = None) -> torch.Tensor:
     """layer(x) (+ residual). A decode step on our kernels reads every weight once for 4 token
     rows, so it is bound by memory; there task 5's decode_linear streams the weight at the
-    bandwidth (cuBLAS does not at 4 rows) and adds the bias and the residual in the same pass.
-    On the fold_norms path it also normalises an Unnormed x, or adds the sums of its output rows
-    into step.norm_stats[stats_out] for the norm that reads them next."""
-    if isinstance(x, Unnormed):
-        from task5.fused import folded_linear
-        return folded_linear(x.x, folded(x.norm, layer), x.stats, residual)
-    if stats_out is not None and step.norm_stats is not None:
-        from task5.fused import linear_with_stats
-        return linear_with_stats(x, layer.weight, layer.bias, residual, step.norm_stats[stats_out])
+    bandwidth (cuBLAS does not at 4 rows) and adds the bias and the residual in the same pass."""
     if step.backend == "custom" and step.decode:
         return kernels().decode_linear(x, layer.weight, layer.bias, residual)
     out = layer(x)
     return out if residual is None else out + residual
 
 
-def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor, step: StepInfo,
-         stats: int = -1) -> torch.Tensor | Unnormed:
-    """layer(x): on the fused decode path, task 5's norm kernel (one read of x, fp32 sums); on the
-    fold_norms path, x Unnormed, if the product that wrote x left its sums in step.norm_stats[stats]."""
-    if step.norm_stats is not None and stats >= 0:
-        return Unnormed(x, layer, step.norm_stats[stats])
+def norm(layer: nn.LayerNorm | nn.RMSNorm, x: torch.Tensor, step: StepInfo) -> torch.Tensor:
+    """layer(x): on the fused decode path, task 5's norm kernel (one read of x, fp32 sums)."""
     if step.fused:
         rms = isinstance(layer, nn.RMSNorm)
         return kernels().add_norm(x, layer.weight, None if rms else layer.bias, layer.eps, rms=rms)
@@ -162,10 +117,10 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(hidden_dim, qkv_features, bias=bias)
         self.o_proj = nn.Linear(hidden_dim, hidden_dim, bias=bias)
 
-    def forward(self, x: torch.Tensor | Unnormed, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                step: StepInfo, residual: torch.Tensor, stats_out: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
         """residual + o_proj(attention(x))."""
-        batch, seq, _ = (x.x if isinstance(x, Unnormed) else x).shape
+        batch, seq, _ = x.shape
         heads, kv_heads = self.num_heads, self.num_kv_heads
         qkv = linear(self.qkv_proj, x, step).view(batch, seq, heads + 2 * kv_heads, self.head_dim)
         if step.rope_append:
@@ -183,7 +138,7 @@ class Attention(nn.Module):
                         for cache in (k_cache, v_cache))
                 out = ops.flash_attention(q.transpose(1, 2), k, v, causal=True)
                 out = out.transpose(1, 2).reshape(batch, seq, heads * self.head_dim)
-            return linear(self.o_proj, out, step, residual, stats_out)
+            return linear(self.o_proj, out, step, residual)
         # RoPE on the q and k heads together (one rotation, 3 kernels, for both); k is rotated
         # before it is cached. q, k, v are views [B, S, heads, head_dim] whose rows are 2 or 3
         # hidden apart: every kernel below takes strides, as long as the last dim is contiguous.
@@ -256,38 +211,27 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_dim, 2 * self.width, bias=False)
         self.down_proj = nn.Linear(self.width, hidden_dim, bias=False)
 
-    def forward(self, x: torch.Tensor | Unnormed, step: StepInfo, residual: torch.Tensor,
-                stats_out: int | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
         """residual + down(silu(gate(x)) * up(x))."""
-        if isinstance(x, Unnormed):   # the same, x normalised in the epilogue (fold_norms)
-            from task5.fused import folded_linear
-            hidden = folded_linear(x.x, folded(x.norm, self.gate_up_proj), x.stats, gated=True)
-        elif step.fused:   # gate, up and silu(gate) * up in one pass over the stacked weights
+        if step.fused:   # gate, up and silu(gate) * up in one pass over the stacked weights
             hidden = kernels().decode_swiglu(x, self.gate_up_proj.weight, self.gate_up_proj.bias)
         else:
             gate, up = linear(self.gate_up_proj, x, step).chunk(2, dim=-1)
             hidden = F.silu(gate) * up
-        return linear(self.down_proj, hidden, step, residual, stats_out)
+        return linear(self.down_proj, hidden, step, residual)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, hidden_dim: int, num_heads: int, num_kv_heads: int, style: str = "gpt",
-                 index: int = 0):
+    def __init__(self, hidden_dim: int, num_heads: int, num_kv_heads: int, style: str = "gpt"):
         super().__init__()
-        self.index = index   # which of step.norm_stats its norms read and its products fill
         self.ln1 = make_norm(hidden_dim, style)
         self.attn = Attention(hidden_dim, num_heads, num_kv_heads, bias=style == "gpt")
         self.ln2 = make_norm(hidden_dim, style)
         self.mlp = MLP(hidden_dim)
 
     def forward(self, x, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
-        # With fold_norms the norms read the sums their input's product left in step.norm_stats:
-        # ln1 those of the layer before's down_proj (none for layer 0: a norm kernel), ln2 o_proj's.
-        i = self.index
-        x = self.attn(norm(self.ln1, x, step, stats=2 * i - 1), k_cache, v_cache, step,
-                      residual=x, stats_out=2 * i)                        # x + attn(ln1(x))
-        return self.mlp(norm(self.ln2, x, step, stats=2 * i), step, residual=x,
-                        stats_out=2 * i + 1)                              # x + mlp(ln2(x))
+        x = self.attn(norm(self.ln1, x, step), k_cache, v_cache, step, residual=x)  # x + attn(ln1(x))
+        return self.mlp(norm(self.ln2, x, step), step, residual=x)                 # x + mlp(ln2(x))
 
 
 class customModel(nn.Module):
@@ -308,7 +252,7 @@ class customModel(nn.Module):
                  max_seq_len: int = 4096, attention: str = "custom", *, device=None,
                  dtype: torch.dtype = torch.float32, seed: int = 0, style: str = "gpt",
                  num_kv_heads: int | None = None, fused_decode: bool = True,
-                 fused_prefill: bool = True, fold_norms: bool = False):
+                 fused_prefill: bool = True):
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         for name, value in (("hidden_dim", hidden_dim), ("num_heads", num_heads),
@@ -331,7 +275,7 @@ class customModel(nn.Module):
                             f"references on the torch path), got {dtype}.")
         self.hidden_dim, self.num_heads, self.num_layers = hidden_dim, num_heads, num_layers
         self.num_kv_heads, self.style, self.fused_decode = num_kv_heads, style, bool(fused_decode)
-        self.fused_prefill, self.fold_norms = bool(fused_prefill), bool(fold_norms)
+        self.fused_prefill = bool(fused_prefill)
         self.head_dim = hidden_dim // num_heads
         self.kv_hidden = num_kv_heads * self.head_dim   # features of a cache row
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
@@ -343,8 +287,8 @@ class customModel(nn.Module):
         # of the course model are drawn once, on the GPU, never initialised on the CPU first.
         with torch.device("meta"):
             self.embed = nn.Embedding(vocab_size, hidden_dim)
-            self.layers = nn.ModuleList(DecoderLayer(hidden_dim, num_heads, num_kv_heads, style, i)
-                                        for i in range(num_layers))
+            self.layers = nn.ModuleList(DecoderLayer(hidden_dim, num_heads, num_kv_heads, style)
+                                        for _ in range(num_layers))
             self.ln_f = make_norm(hidden_dim, style)
             self.lm_head = nn.Linear(hidden_dim, vocab_size, bias=False)
         self.to(dtype=dtype)
@@ -446,18 +390,14 @@ class customModel(nn.Module):
         fused = decode and self.fused_decode and custom
         rope_append = fused or (not decode and self.fused_prefill and custom)
         cos, sin = (None, None) if rope_append else self.rope.at(current_pos, seq, self.dtype)
-        norm_stats = None
-        if fused and self.fold_norms:   # zeroed every step (in a CUDA graph, a memset node)
-            from task5.fused import norm_stats as zeroed_stats
-            norm_stats = zeroed_stats(2 * self.num_layers, tokens.device)
         step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=current_pos,
                         seq_len=current_pos + seq, rope=self.rope, cos=cos, sin=sin, fused=fused,
-                        rope_append=rope_append, norm_stats=norm_stats)
+                        rope_append=rope_append)
         x = self.embed(tokens)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             x = layer(x, k_cache, v_cache, step)
-        x = norm(self.ln_f, x, step, stats=2 * self.num_layers - 1)
-        if last_logits_only and seq > 1:   # (a decode step's one row is already the last)
+        x = norm(self.ln_f, x, step)
+        if last_logits_only:
             x = x[:, -1:]
         return linear(self.lm_head, x, step), kv_cache
 
