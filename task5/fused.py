@@ -11,7 +11,7 @@ task5/ops.py that the tests compare them with:
         of h = x + residual, and h is returned too: (out, h).
     rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos)           task5/rope_append.cu
         q [B, S, Hq, D] and k [B, S, Hkv, D] rotated at positions current_pos + s (the fp32
-        tables [max_len, D] of task6/rope.py), rotated k and v written into the caches
+        tables [max_len, D] of common/rope.py), rotated k and v written into the caches
         [B, max_len, Hkv * D]; returns the rotated q [B, S, Hq, D]. current_pos as in
         update_kv_cache: an int, or a CUDA int32 tensor read on the device (CUDA graphs).
     decode_swiglu(x, weight, bias=None, residual=None)                      task5/decode_linear.cu

@@ -25,6 +25,7 @@ from common.checks import Check, check_raises
 from common.graphs import graph_time_per_call_ms
 from common.harness import gpu_group
 from common.limits import DECODE_LINEAR_K_SPLITS
+from common.rope import rope_tables
 from task5 import fused
 from task5.ops import torch_ops
 
@@ -92,15 +93,6 @@ def _norm_checks(small: bool, device, gen) -> list[Check]:
 
 # --- RoPE + cache append -------------------------------------------------------------------
 
-def _rope_tables(max_len: int, head_dim: int, device):
-    """cos, sin [max_len, head_dim] float32, as task6/rope.py builds them (computed here: task 5
-    is below task 6 and does not import it)."""
-    theta = 10000.0 ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    angles = torch.arange(max_len, dtype=torch.float64)[:, None] * theta[None, :]
-    angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos().float().to(device), angles.sin().float().to(device)
-
-
 def _rope64(x, cos, sin, positions):
     """x [B, S, H, D] rotated in float64 at positions [B, S] (fp32 tables, exact products)."""
     half = x.shape[-1] // 2
@@ -118,7 +110,7 @@ def _rope_case(batch, seq, q_heads, kv_heads, head_dim, dtype, position, gen, de
     # q, k, v as views of one projection output [B, S, (Hq + 2 Hkv) * D], as the model has them.
     qkv = rand(batch, seq, q_heads + 2 * kv_heads, head_dim)
     q, k, v = qkv[:, :, :q_heads], qkv[:, :, q_heads:q_heads + kv_heads], qkv[:, :, q_heads + kv_heads:]
-    cos, sin = _rope_tables(max_len, head_dim, device)
+    cos, sin = rope_tables(head_dim, max_len, device=device)
     label = (f"rope_append {dtype} B {batch} S {seq} Hq {q_heads} Hkv {kv_heads} D {head_dim} "
              f"pos {position.tolist() if isinstance(position, torch.Tensor) else position}")
     caches = [[torch.full((batch, max_len, kv_heads * head_dim), float("nan"), dtype=dtype,
@@ -159,7 +151,7 @@ def _rope_out_of_range(device) -> Check:
     q = torch.randn(2, 1, 4, 32, device=device)
     k = v = torch.randn(2, 1, 2, 32, device=device)
     caches = [torch.zeros(2, 8, 64, device=device) for _ in range(2)]
-    cos, sin = _rope_tables(8, 32, device)
+    cos, sin = rope_tables(32, 8, device=device)
     out = fused.rope_append(q, k, v, *caches, cos, sin, torch.tensor([3, 8], dtype=torch.int32, device=device))
     ok = (not out[1].any() and out[0].abs().sum() > 0 and not caches[0][1].any()
           and caches[0][0, 3].abs().sum() > 0)
@@ -174,7 +166,7 @@ def _rope_graph(device) -> Check:
     q = torch.randn(2, 1, 4, 64, device=device, generator=gen, dtype=torch.bfloat16)
     k = torch.randn(2, 1, 2, 64, device=device, generator=gen, dtype=torch.bfloat16)
     v = torch.randn(2, 1, 2, 64, device=device, generator=gen, dtype=torch.bfloat16)
-    cos, sin = _rope_tables(16, 64, device)
+    cos, sin = rope_tables(64, 16, device=device)
     graph_caches = [torch.zeros(2, 16, 128, device=device, dtype=torch.bfloat16) for _ in range(2)]
     eager_caches = [torch.zeros_like(c) for c in graph_caches]
     position = torch.tensor(0, dtype=torch.int32, device=device)
@@ -248,7 +240,7 @@ def _input_checks(device) -> list[Check]:
     q = torch.randn(2, 1, 4, 32, device=device)
     k = torch.randn(2, 1, 2, 32, device=device)
     caches = [torch.zeros(2, 8, 64, device=device) for _ in range(2)]
-    cos, sin = _rope_tables(8, 32, device)
+    cos, sin = rope_tables(32, 8, device=device)
     ext = fused._ext()
     cases = [
         ("add_norm: weight of the wrong size", lambda: ext.add_norm(x, None, w[:10], None, 1e-5, False), "weight"),
@@ -288,7 +280,7 @@ def _timings(device, gen) -> tuple[list[Check], dict]:
     def rand(*shape):
         return torch.randn(*shape, device=device, generator=gen).to(dtype)
 
-    cos, sin = _rope_tables(max_len, d, device)
+    cos, sin = rope_tables(d, max_len, device=device)
     pos = torch.tensor(1024, dtype=torch.int32, device=device)
     norm_sets = [(rand(batch, 1, hidden), rand(hidden), rand(hidden)) for _ in range(4)]
     qkv_sets = [rand(batch, 1, 3 * heads, d) for _ in range(4)]

@@ -12,8 +12,9 @@ q . k depend only on m - n, so attention sees relative positions although every 
 encoded on its own. A key can therefore be rotated once, when it is written to the KV
 cache, and never touched again: the cache holds rotated keys.
 
-The cos/sin tables are computed once, for max_seq_len positions, in float64 and stored as
-float32 (at position 4000 a float32 angle would already be off by ~2e-4 rad).
+The cos/sin tables (common/rope.py, rope_tables) are computed once, for max_seq_len positions,
+in float64 and stored as float32 (at position 4000 a float32 angle would already be off by ~2e-4
+rad); column i and column i + D/2 hold the same angle.
 """
 
 from __future__ import annotations
@@ -21,20 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
-def rope_tables(head_dim: int, max_seq_len: int, base: float = 10000.0,
-                device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of p * theta_i, each [max_seq_len, head_dim] float32.
-
-    Column i and column i + head_dim/2 hold the same angle (the two coordinates of point i),
-    which is what lets `apply_rope` use one table for both halves.
-    """
-    if head_dim % 2 != 0:
-        raise ValueError(f"RoPE rotates pairs of coordinates, so head_dim must be even (got {head_dim}).")
-    theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)   # [D/2]
-    angles = torch.arange(max_seq_len, dtype=torch.float64)[:, None] * theta[None, :]  # [L, D/2]
-    angles = torch.cat((angles, angles), dim=-1)                                       # [L, D]
-    return angles.cos().float().to(device), angles.sin().float().to(device)
+from common.rope import rope_tables   # the tables' layout, shared with task 5's rope_append kernel
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
