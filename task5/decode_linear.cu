@@ -131,6 +131,11 @@ __device__ __forceinline__ uint4 load_streaming(const void* ptr) {
 using attn::from_float;
 using attn::to_float;
 
+// fp32 streams its weights in explicit rounds and its first wave prefetches them; the 16-bit
+// types do neither (the file's header says why). The kernel and its launch both ask this.
+template <typename T>
+constexpr bool kExplicitRounds = sizeof(T) == 4;
+
 // One step along K for one lane: its kRowsPerWarp pieces of W (already loaded) times the
 // matching pieces of the M rows of x (ordinary loads: every warp reads all of x, so L1 serves
 // it), accumulated in fp32.
@@ -213,11 +218,10 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   constexpr int k_step = 32 * kVec * kSplits;
   int k = (k_part * 32 + lane) * kVec;
 
-  constexpr bool kExplicitRounds = sizeof(T) == 4;  // fp32 (the file's header says why)
   // fp32's first wave of blocks (blockIdx.x < prefetch_blocks) is resident while the kernel
   // before still runs (a norm, the attention's merge), when HBM has little to do: it asks L2
   // for the first prefetch_bytes of its weight rows, which do not depend on that kernel.
-  if constexpr (kExplicitRounds) {
+  if constexpr (kExplicitRounds<T>) {
     if (blockIdx.x < prefetch_blocks && k_part == 0) {
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -235,7 +239,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
   }
   // kUnroll steps of weight loads in flight: fp32 in explicit rounds, every load of a round
   // issued before any is used; the 16-bit types in a plain loop that ptxas unrolls.
-  if constexpr (kExplicitRounds) {
+  if constexpr (kExplicitRounds<T>) {
     for (; k + (kUnroll - 1) * k_step < K; k += kUnroll * k_step) {
       Pack<T> wp[kUnroll][kRowsPerWarp];
 #pragma unroll
@@ -348,9 +352,8 @@ void launch_rows(const torch::Tensor& x, const torch::Tensor& w, const T* bias, 
     const int features_per_block = kWarps / kSplits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
     const int blocks = attn::ceil_div(N, features_per_block);
     const auto kernel = decode_linear_kernel<T, M, kGated, kSplits>;
-    // Only fp32 prefetches (the kernel says why), and only an overlapped launch has a kernel
-    // before it to overlap.
-    const bool prefetch = std::is_same_v<T, float> && attn::overlapped_launches_enabled();
+    // Only an overlapped launch has a kernel before it to overlap.
+    const bool prefetch = kExplicitRounds<T> && attn::overlapped_launches_enabled();
     const int prefetch_blocks = prefetch ? first_wave_blocks(reinterpret_cast<const void*>(kernel)) : 0;
     const int64_t prefetch_bytes = prefetch ? first_round_bytes(int64_t{K} * sizeof(T), kSplits) : 0;
     attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",

@@ -12,9 +12,9 @@ q . k depend only on m - n, so attention sees relative positions although every 
 encoded on its own. A key can therefore be rotated once, when it is written to the KV
 cache, and never touched again: the cache holds rotated keys.
 
-The cos/sin tables (common/rope.py, rope_tables) are computed once, for max_seq_len positions,
-in float64 and stored as float32 (at position 4000 a float32 angle would already be off by ~2e-4
-rad); column i and column i + D/2 hold the same angle.
+The cos/sin tables are computed once, for max_seq_len positions, by rope_tables
+(common/rope.py, which says why in float64; task 5's rope_append kernel reads the same tables);
+column i and column i + D/2 hold the same angle.
 """
 
 from __future__ import annotations
