@@ -7,6 +7,9 @@ hidden 128, 8 heads, B 4, S 10, non-causal and causal, fp32 (the course's shapes
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task1.test")
+
 import sys
 
 from common.harness import ModuleCase, module_checks, pick_device, task_main

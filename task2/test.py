@@ -26,6 +26,9 @@ input and must give the same bits, or there is a race.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task2.test")
+
 import math
 import sys
 from functools import partial

@@ -9,6 +9,9 @@ Course shapes: hidden 128, 8 heads, (B, S) = (4, 128) and (16, 4096), both masks
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task3.test")
+
 import sys
 
 from common.checks import check_relative, random_qkv, reference_attention

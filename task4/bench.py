@@ -12,6 +12,9 @@ checks (ours >= 0.9x SDPA's FLASH backend); it records nothing: `python -m task4
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task4.bench")
+
 import argparse
 import sys
 

@@ -22,6 +22,9 @@ torch<version>/. (load_extension has no arch argument yet; with one, `_load_for_
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task4.hopper")
+
 import os
 import sys
 from functools import lru_cache

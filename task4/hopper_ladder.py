@@ -27,6 +27,9 @@ task4.hopper.<dtype>.<shape>.<mask>.sdpa_{cudnn,flash}_tflops; Results.md render
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task4.hopper_ladder")
+
 import argparse
 import json
 import subprocess

@@ -25,6 +25,9 @@ are fresh N(0, 1) numbers each run (--seed reproduces). The extension is called 
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task4.mma_checks")
+
 import argparse
 import os
 import sys

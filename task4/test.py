@@ -28,6 +28,9 @@ difference is a race), and inputs are fresh random numbers each run (--seed repr
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task4.test")
+
 import argparse
 import os
 import sys

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task5.compile")
+
 import sys
 from functools import lru_cache
 

@@ -23,6 +23,9 @@ or past the attended length hold NaN too, so a kernel that reads one fails.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task5.test")
+
 import itertools
 import math
 import sys

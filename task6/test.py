@@ -28,6 +28,9 @@ matmul rate of the dtype.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task6.test")
+
 import gc
 import sys
 from contextlib import contextmanager

@@ -22,6 +22,9 @@ operations (task5/ops.py), which tests the loop and the mask handling, not the k
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task7.compare")
+
 import argparse
 import sys
 

@@ -39,6 +39,9 @@ Measured: see Results.md (results/h100.json).
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task7.inference")
+
 import argparse
 import sys
 from dataclasses import dataclass

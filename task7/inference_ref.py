@@ -17,6 +17,9 @@ generation (it is switched off for the call), so both time the same number of st
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task7.inference_ref")
+
 import argparse
 import contextlib
 import sys

@@ -39,6 +39,9 @@ Results.md table). Exit status 0 when every check passes.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task7.models")
+
 import argparse
 import statistics
 import sys

@@ -13,6 +13,9 @@ loop, the cache indexing and the mask plans, not the kernels.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m task7.test")
+
 import argparse
 import contextlib
 import io

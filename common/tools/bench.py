@@ -19,6 +19,9 @@ and three plots: bench_<gpu>_prefill.png, bench_<gpu>_decode.png, bench_<gpu>_me
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m common.tools.bench")
+
 import argparse
 import csv
 import math

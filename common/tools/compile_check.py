@@ -29,6 +29,9 @@ unchanged files cost nothing after the solution's).
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m common.tools.compile_check")
+
 import atexit
 import hashlib
 import os

@@ -31,6 +31,9 @@ the grade.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m common.tools.grade")
+
 import argparse
 import ast
 import json

@@ -46,6 +46,9 @@ public by definition.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m common.tools.release")
+
 import argparse
 import ast
 import fnmatch

@@ -12,6 +12,9 @@ With no results at all it renders the blank template students fill in.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m common.tools.report")
+
 import argparse
 import sys
 from pathlib import Path

@@ -13,6 +13,9 @@ run failed.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m common.tools.sanitize")
+
 import argparse
 import os
 import re

@@ -11,6 +11,9 @@ every results/bench_<gpu>_*.png (common.tools.report), so rendering picks it up.
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m common.tools.variants_plot")
+
 import argparse
 import json
 import sys
