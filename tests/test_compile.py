@@ -11,6 +11,7 @@ which is also how the release test compiles the skeleton, so unchanged files com
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -68,3 +69,37 @@ def test_a_source_is_compiled_once_per_process(tmp_path, monkeypatch):
 def test_source_compiles(compiled, path):
     ok, output = compiled[path]
     assert ok, f"{path} does not compile:\n{output[-4000:]}"
+
+
+def test_each_result_is_reported_as_it_finishes(tmp_path, monkeypatch, capsys):
+    """The whole check takes minutes: each file's line comes when that file is done, the
+    summary last. The slow source waits until the fast one's line is out."""
+    fast, slow = tmp_path / "fast.cu", tmp_path / "slow.cu"
+    fast_reported = threading.Event()
+
+    def fake_compile(path, nvcc=None, root=None, device_only=False):
+        if path == slow:
+            assert fast_reported.wait(10), "the fast source was not reported before the slow one ended"
+            return False, "slow.cu: error: undefined_name"
+        return True, ""
+
+    monkeypatch.setattr(compile_check, "compile_one", fake_compile)
+    seen = []
+
+    def on_result(path, ok, output):
+        seen.append((path.name, ok))
+        if path == fast:
+            fast_reported.set()
+
+    results = compile_check.compile_all([slow, fast], workers=2, on_result=on_result)
+    assert seen == [("fast.cu", True), ("slow.cu", False)]
+    assert list(results) == [slow, fast]
+
+    # The command prints each line through print_result, flushed, then the summary.
+    monkeypatch.setattr(compile_check, "compile_one", lambda path, *a, **k: (path == fast, "error"))
+    monkeypatch.setattr(compile_check, "find_nvcc", lambda: "nvcc")
+    monkeypatch.setattr(compile_check, "find_sources", lambda root: [slow, fast])
+    assert compile_check.main([str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert f"PASS  {fast}" in lines and lines[lines.index(f"FAIL  {slow}") + 1] == "error"
+    assert lines[-1] == "1/2 sources compile"

@@ -11,6 +11,9 @@ the 2-core CI machine: 188 s against 446 s for the seven kernel files); `--full`
     python -m common.tools.compile_check task4        # the sources under one folder
     python -m common.tools.compile_check --full       # nvcc -c: the host pass as well
 
+Each source's PASS or FAIL is printed as soon as it is compiled (in parallel, one per core),
+then the count.
+
 Each source is compiled with the flags a real build adds that change what compiles: the
 kernels' limits as -D defines (common/limits.py, as common.build passes them). A kernel built
 for an arch-specific target says so in a line `// compile_check: arch sm_90a` (the Hopper
@@ -32,6 +35,7 @@ from __future__ import annotations
 if not __package__:  # run as a file, where `common` cannot be imported
     raise SystemExit("Run this from the repository root as a module: python -m common.tools.compile_check")
 
+import argparse
 import atexit
 import hashlib
 import os
@@ -42,7 +46,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import lru_cache
 from pathlib import Path
 
@@ -180,34 +185,59 @@ def _compile(path: Path, nvcc: str | None, arch: str, root: Path,
 
 
 def compile_all(paths: list[Path], root: Path = REPO_ROOT, workers: int | None = None,
-                device_only: bool = True) -> dict[Path, tuple[bool, str]]:
-    """Compile `paths` (sources of the repository at `root`) in parallel."""
+                device_only: bool = True,
+                on_result: Callable[[Path, bool, str], None] | None = None
+                ) -> dict[Path, tuple[bool, str]]:
+    """Compile `paths` (sources of the repository at `root`) in parallel; `on_result(path, ok,
+    output)` is called for each source as it finishes (a full check takes minutes)."""
     nvcc = find_nvcc()
     workers = workers or max(1, min(len(paths), os.cpu_count() or 1))
     with ThreadPoolExecutor(workers) as pool:
-        results = pool.map(lambda p: compile_one(p, nvcc, root=root, device_only=device_only),
-                           paths)
-    return dict(zip(paths, results, strict=True))
+        futures = {pool.submit(compile_one, p, nvcc, root=root, device_only=device_only): p
+                   for p in paths}
+        results = {}
+        for future in as_completed(futures):
+            path = futures[future]
+            results[path] = future.result()
+            if on_result is not None:
+                on_result(path, *results[path])
+    return {p: results[p] for p in paths}
+
+
+def print_result(path: Path, ok: bool, output: str) -> None:
+    """One source's line (and the compiler's output when it fails), printed at once."""
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    print(f"{'PASS' if ok else 'FAIL'}  {shown}", flush=True)
+    if not ok:
+        print(output, flush=True)
 
 
 def main(argv=None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    full = "--full" in args
-    args = [a for a in args if a != "--full"]
+    parser = argparse.ArgumentParser(prog="python -m common.tools.compile_check",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                        help="folders or sources to compile, relative to the repository root "
+                             "(default: the whole repository)")
+    parser.add_argument("--full", action="store_true",
+                        help="compile .cu files with nvcc -c: the host compiler's pass as well")
+    args = parser.parse_args(argv)
+    roots = [REPO_ROOT / a for a in args.paths] or [REPO_ROOT]
+    missing = [str(r) for r in roots if not r.exists()]
+    if missing:
+        parser.error(f"not found: {', '.join(missing)}; give folders or sources of this "
+                     "repository, relative to its root.")
     if find_nvcc() is None:
         print("[compile_check] nvcc was not found; install the CUDA toolkit or set CUDA_HOME.")
         return 1
-    roots = [REPO_ROOT / a for a in args] or [REPO_ROOT]
     paths = [p for r in roots for p in (find_sources(r) if r.is_dir() else [r])]
-    failed = 0
-    for path, (ok, output) in compile_all(paths, device_only=not full).items():
-        print(f"{'PASS' if ok else 'FAIL'}  {path.relative_to(REPO_ROOT)}")
-        if not ok:
-            failed += 1
-            print(output)
+    print(f"[compile_check] compiling {len(paths)} sources; each is listed as it finishes",
+          flush=True)
+    results = compile_all(paths, device_only=not args.full, on_result=print_result)
+    failed = sum(not ok for ok, _ in results.values())
     print(f"{len(paths) - failed}/{len(paths)} sources compile")
     # No sources at all is a failure for the whole repository, not for a folder without any.
-    return 1 if failed or (not paths and not args) else 0
+    return 1 if failed or (not paths and not args.paths) else 0
 
 
 if __name__ == "__main__":
