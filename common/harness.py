@@ -32,11 +32,15 @@ def pick_device(requested: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def device_problem(requested: str | None) -> str | None:
+def device_problem(requested: str | None, gpu_only: bool = False) -> str | None:
     """None if `requested` (a --device value; None = the default) can run here, else one
     sentence saying why not: every `python -m taskN.test --device ...` checks this first, so
-    asking for a GPU that is not there is one line, not a torch traceback."""
+    asking for a GPU that is not there is one line, not a torch traceback. With `gpu_only` (a
+    test whose every check runs CUDA code), a run that would land on the CPU is refused too."""
     if not requested:
+        if gpu_only and not torch.cuda.is_available():
+            return (f"This test needs an NVIDIA GPU, but {_no_gpu_reason()}; run it on a "
+                    "machine with an NVIDIA GPU and a CUDA build of torch (see README.md, Setup).")
         return None
     try:
         device = torch.device(requested)
@@ -44,16 +48,25 @@ def device_problem(requested: str | None) -> str | None:
         return f"--device {requested!r} is not a device torch knows; use cuda or cpu."
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            build = ("this PyTorch is a CPU-only build" if torch.version.cuda is None
-                     else "no CUDA GPU is visible to torch")
-            return (f"--device {requested} asks for an NVIDIA GPU, but {build}; run it on a "
-                    "GPU machine, or with --device cpu where the task runs on a CPU.")
+            return (f"--device {requested} asks for an NVIDIA GPU, but {_no_gpu_reason()}; run "
+                    "it on a GPU machine, or with --device cpu where the task runs on a CPU.")
         if device.index is not None and device.index >= torch.cuda.device_count():
             return (f"--device {requested} asks for GPU {device.index}, but torch sees "
                     f"{torch.cuda.device_count()} GPU(s).")
-    elif device.type != "cpu":
+    elif device.type == "cpu":
+        if gpu_only:
+            return (f"--device {requested}: this test's checks run CUDA code, so it needs an "
+                    "NVIDIA GPU; leave --device out on a GPU machine.")
+    else:
         return f"--device {requested} is not supported here; use cuda or cpu."
     return None
+
+
+def _no_gpu_reason() -> str:
+    """Why torch sees no GPU here, as the end of a sentence."""
+    if torch.version.cuda is None:
+        return f"this PyTorch ({torch.__version__}) is a CPU-only build"
+    return "no CUDA GPU is visible to torch"
 
 
 def gpu_group(group: str, args) -> tuple[torch.device | None, torch.Generator | None, list[Check]]:
@@ -179,13 +192,16 @@ def module_checks(task: str, make_module: Callable, *, hidden: int, heads: int,
 
 
 def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[list[Check], dict]]],
-              argv=None, description: str = "", extra_args: Callable | None = None) -> int:
+              argv=None, description: str = "", extra_args: Callable | None = None,
+              gpu_only: bool = False) -> int:
     """Run the chosen groups (`--<group>` flags, several allowed; none = all), report, record.
 
     Each group is `fn(args) -> (checks, metrics)`. Metrics are appended to
     results/<gpu>.json when the run is on a GPU and every correctness check passed (a
     missed performance target is recorded as measured; use --no-record to skip); a run
-    with a wrong result never overwrites good numbers.
+    with a wrong result never overwrites good numbers. `gpu_only`: every group runs CUDA
+    code (tasks 2, 4, 5, 6), so without a GPU the test says so in one sentence and exits 1
+    instead of failing each group (its --json report holds one failed check, "device").
     """
     from common.build import BuildError
 
@@ -204,7 +220,7 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
         extra_args(parser)
     args = parser.parse_args(argv)
     chosen = [g for g in groups if getattr(args, g.replace("-", "_"))] or list(groups)
-    problem = device_problem(args.device)
+    problem = device_problem(args.device, gpu_only)
     if problem:
         print(f"[{task}] {problem}")
         if args.json:

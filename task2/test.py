@@ -450,7 +450,7 @@ GROUPS = {"softmax": softmax_group, "gemm": gemm_group, "attention": attention_g
 
 
 def main(argv=None) -> int:
-    return task_main("task2", GROUPS, argv, description=__doc__)
+    return task_main("task2", GROUPS, argv, description=__doc__, gpu_only=True)
 
 
 if __name__ == "__main__":

@@ -486,7 +486,8 @@ GROUPS = {"small": mma_small, "correctness": mma_correctness, "inputs": mma_inpu
 
 
 def main(argv=None) -> int:
-    return task_main("task4", GROUPS, argv, description=__doc__, extra_args=add_arguments)
+    return task_main("task4", GROUPS, argv, description=__doc__, extra_args=add_arguments,
+                     gpu_only=True)
 
 
 if __name__ == "__main__":

@@ -473,7 +473,8 @@ def _extra_args(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv=None) -> int:
-    return task_main("task4", GROUPS, argv, description=__doc__, extra_args=_extra_args)
+    return task_main("task4", GROUPS, argv, description=__doc__, extra_args=_extra_args,
+                     gpu_only=True)
 
 
 if __name__ == "__main__":

@@ -899,7 +899,7 @@ GROUPS = {"kernels": kernels_group, "inputs": inputs_group, "small": small_group
 
 
 def main(argv=None) -> int:
-    return task_main("task5", GROUPS, argv, description=__doc__)
+    return task_main("task5", GROUPS, argv, description=__doc__, gpu_only=True)
 
 
 if __name__ == "__main__":

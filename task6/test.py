@@ -710,7 +710,8 @@ GROUPS = {"inputs": inputs_group, "small": small_group, "correctness": correctne
 
 
 def main(argv=None) -> int:
-    return task_main("task6", GROUPS, argv, description=__doc__, extra_args=extra_args)
+    return task_main("task6", GROUPS, argv, description=__doc__, extra_args=extra_args,
+                     gpu_only=True)
 
 
 if __name__ == "__main__":

@@ -158,3 +158,23 @@ def test_device_problem_accepts_the_cpu_and_names_a_bad_device():
 
     assert device_problem(None) is None and device_problem("cpu") is None
     assert "not a device torch knows" in device_problem("gpu0")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
+def test_a_gpu_only_test_without_a_gpu_is_one_sentence_and_runs_nothing(tmp_path, capsys):
+    ran = []
+
+    def kernel_group(args):
+        ran.append(args)
+        return [Check("kernel", True)], {}
+
+    groups = {"kernel": kernel_group}
+    report = tmp_path / "report.json"
+    assert task_main("demo", groups, ["--no-record", "--json", str(report)], gpu_only=True) == 1
+    out = capsys.readouterr().out.strip()
+    assert len(out.splitlines()) == 1 and "needs an NVIDIA GPU" in out and "FAIL" not in out
+    assert "CPU-only" in out or "no CUDA GPU" in out
+    data = json.loads(report.read_text())   # the grader's reason is the check's detail
+    assert data["exit_code"] == 1 and data["checks"][0]["detail"] in out
+    assert task_main("demo", groups, ["--no-record", "--device", "cpu"], gpu_only=True) == 1
+    assert "--device cpu" in capsys.readouterr().out and not ran

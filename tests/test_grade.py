@@ -241,3 +241,14 @@ def test_groups_are_read_without_importing_the_test():
 def test_record_as_needs_a_gpu(capsys):
     assert grade.record_points([], "main") is None
     assert "needs a GPU" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU message")
+def test_a_gpu_task_report_written_without_a_gpu_reads_as_its_sentence(tmp_path):
+    """`python -m task4.test --json` on a CPU writes one failed check; --reports reads it."""
+    from task4 import test as task4_test
+
+    report = tmp_path / "task4.json"
+    assert task4_test.main(["--course", "--no-record", "--json", str(report)]) == 1
+    run = grade.report_run(report, 4, grade.Part(("course",), 4))
+    assert run.status == "fail" and "needs an NVIDIA GPU" in run.reason, run
