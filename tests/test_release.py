@@ -97,6 +97,17 @@ def test_released_readme_mentions_only_what_the_skeleton_ships(student):
     assert "task4/NOTES.md" in _mentioned_paths("see `task4/NOTES.md` and python -m task4.test")
 
 
+def test_released_readme_layout_names_only_what_ships(student):
+    out, _ = student
+    layout = (out / "README.md").read_text().split("## Layout", 1)[1].split("```")[1]
+    # An entry starts at the margin: its paths (`task1/ ... task7/`), then its description.
+    named = [path for line in layout.splitlines() if line[:1].strip()
+             for path in re.split(r"\s{2,}", line)[0].split() if path != "..."]
+    assert {"task1/", "common/", "tests/"} <= set(named), named
+    missing = [path for path in named if not (out / path).exists()]
+    assert not missing, f"the student README's Layout names what the release does not ship: {missing}"
+
+
 def _importable(root: Path) -> set[str]:
     """The task modules of `root` that import here (no GPU needed), in one fresh process."""
     modules = sorted(p.relative_to(root).with_suffix("").as_posix().replace("/", ".")
@@ -338,3 +349,12 @@ def test_student_readme_drops_and_unwraps():
         release.student_readme("x\n<!-- release: drop -->\ny\n")
     with pytest.raises(release.MarkerError, match="README.md:1: release: end without"):
         release.student_readme("<!-- release: end -->\n")
+
+
+def test_student_readme_layout_leaves_out_what_is_not_shipped():
+    text = ("## Layout\n\n```\ntask1/    a task\n          its files\nresults/  measured\n"
+            "          and plotted\n```\n\n## Next\n\n```\nresults/  not the Layout\n```\n")
+    assert release.student_readme(text, shipped={"task1"}) == (
+        "## Layout\n\n```\ntask1/    a task\n          its files\n```\n\n## Next\n\n```\n"
+        "results/  not the Layout\n```\n")
+    assert release.student_readme(text) == text   # without a shipped list, as written

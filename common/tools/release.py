@@ -25,8 +25,8 @@ What the student repository holds (decided here, documented in README.md, For in
   * README.md rewritten as the student's handout (`student_readme`): the passages between
     `<!-- release: drop -->` and `<!-- release: end -->` (the instructors' section, the
     references to what only the solution has: results/logs/, NOTES.md, measured numbers)
-    are left out, and the text of each `<!-- release: student ... -->` comment is shown in
-    their place;
+    are left out, the text of each `<!-- release: student ... -->` comment is shown in
+    their place, and its Layout block names only what the release ships (not results/);
   * dropped: measured results (results/: the JSON, CSV and plots of the reference run),
     NOTES*.md files (they discuss how the solution was made fast: task4/NOTES.md), and
     scratch folders (.notes/, .benchmarks/, build/, student/);
@@ -57,7 +57,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -377,9 +377,11 @@ def rewrite(text: str, rel: str) -> tuple[str, list[Region]]:
 
 # --- the student's README ------------------------------------------------------------------
 
-def student_readme(text: str, rel: str = HANDOUT) -> str:
+def student_readme(text: str, rel: str = HANDOUT, shipped: Container[str] | None = None) -> str:
     """README.md as the student repository ships it (see the module docstring): drop blocks
-    left out, student comments unwrapped. MarkerError (file and line) if a marker is unbalanced."""
+    left out, student comments unwrapped, and, given `shipped` (the top-level files and folders
+    the release writes), the Layout entries of what it does not ship left out. MarkerError
+    (file and line) if a marker is unbalanced."""
     out: list[str] = []
     lines = text.splitlines()
     i, dropping = 0, 0
@@ -412,9 +414,40 @@ def student_readme(text: str, rel: str = HANDOUT) -> str:
         i += 1
     if dropping:
         raise MarkerError(f"{rel}:{dropping}: release: drop has no release: end.")
+    if shipped is not None:
+        out = _layout_of(out, shipped)
     new = "\n".join(out)
     new = re.sub(r"\n{3,}", "\n\n", new)
     return new.rstrip("\n") + "\n"
+
+
+def layout_entries(lines: list[str]) -> list[tuple[int, int, str]]:
+    """The entries of the README's Layout block (the code block under `## Layout`): (first
+    line, line after the entry, its path). An entry is a line starting at the margin with a
+    path (`common/tools/`), then the indented lines that describe it."""
+    entries: list[tuple[int, int, str]] = []
+    start = next((i for i, line in enumerate(lines) if line.strip() == "## Layout"), None)
+    if start is None:
+        return entries
+    fences = [i for i in range(start + 1, len(lines)) if lines[i].startswith("```")][:2]
+    if len(fences) < 2 or any(line.startswith("## ") for line in lines[start + 1:fences[0]]):
+        return entries
+    for i in range(fences[0] + 1, fences[1]):
+        if lines[i][:1].strip():
+            entries.append((i, i + 1, lines[i].split()[0]))
+        elif entries and lines[i].strip():
+            entries[-1] = (entries[-1][0], i + 1, entries[-1][2])
+    return entries
+
+
+def _layout_of(lines: list[str], shipped: Container[str]) -> list[str]:
+    """`lines` without the Layout entries whose top-level folder or file is not shipped (the
+    student repository has no results/ until a run records one)."""
+    unshipped = [(first, after) for first, after, path in layout_entries(lines)
+                 if path.split("/")[0] not in shipped]
+    for first, after in reversed(unshipped):
+        del lines[first:after]
+    return lines
 
 
 # --- listing and copying ---------------------------------------------------------------------
@@ -601,6 +634,7 @@ def release(out: Path, source: Path = REPO_ROOT, *, force: bool = False,
                 rewritten_text[rel], solutions[rel] = rewrite(text, rel)
     _prepare_out(out, source, force)
     summary = Summary(out)
+    shipped = {rel.split("/")[0] for rel in files if drop_reason(rel) is None} | {"Results.md"}
     public: list[str] = []
     kept: list[str] = []
     for rel in files:
@@ -623,7 +657,7 @@ def release(out: Path, source: Path = REPO_ROOT, *, force: bool = False,
             shutil.copy2(source / rel, target)
             summary.copied += 1
             if rel == HANDOUT:
-                handout = student_readme(_read_text(source / rel) or "", rel)
+                handout = student_readme(_read_text(source / rel) or "", rel, shipped)
                 target.write_text(handout, encoding="utf-8")
                 public += handout.splitlines()
             if (re.match(r"task\d+/", rel) and Path(rel).suffix in PY_SUFFIXES | C_SUFFIXES
