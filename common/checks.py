@@ -123,8 +123,8 @@ class Check:
     """One named check and its outcome.
 
     target=True marks a performance target (e.g. ">= 0.9x SDPA flash"): a miss prints MISS
-    and makes the run exit 1, but the figures of a run whose correctness checks all passed
-    are still recorded, and the grader gives points for correctness only.
+    and is recorded, but it does not fail the run (the exit code is for correctness), and
+    the grader gives points for correctness only.
     """
 
     name: str
@@ -174,17 +174,33 @@ def check_raises(name: str, fn, exc_types=(ValueError, TypeError, RuntimeError),
 
 
 def report(title: str, checks: list[Check]) -> int:
-    """Print the uniform PASS/FAIL table; return the process exit code (0 = all passed)."""
+    """Print the uniform PASS/FAIL/MISS table; return the process exit code.
+
+    The exit code says whether the code is correct: 1 when a correctness check failed (or
+    none ran), else 0. A missed performance target prints MISS and is counted on the last
+    line, but does not fail the run: timings depend on the GPU, and a student whose code is
+    right must see a green run (the figures are recorded either way)."""
     print(f"\n== {title} ==")
     for c in checks:
         print("  " + c.line())
-    failed = [c for c in checks if not c.passed]
     if not checks:
         print("  FAIL  no checks ran")
         return 1
-    print(f"  {len(checks) - len(failed)}/{len(checks)} passed" + ("" if not failed else
-          "; failed or missed: " + ", ".join(c.name for c in failed)))
+    failed = [c for c in checks if not c.passed and not c.target]
+    missed = [c for c in checks if not c.passed and c.target]
+    line = f"  {len(checks) - len(failed) - len(missed)}/{len(checks)} passed"
+    if failed:
+        line += "; failed: " + ", ".join(c.name for c in failed)
+    if missed:
+        line += (f"; {len(missed)} performance target{'s' if len(missed) > 1 else ''} missed "
+                 "(MISS: recorded, not a failure): " + ", ".join(c.name for c in missed))
+    print(line)
     return 1 if failed else 0
+
+
+def missed_targets(checks: list[Check]) -> int:
+    """How many performance targets were missed (run_all's summary shows the count)."""
+    return sum(1 for c in checks if not c.passed and c.target)
 
 
 def correctness_passed(checks: list[Check]) -> bool:

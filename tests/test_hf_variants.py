@@ -152,7 +152,8 @@ def test_command_prints_and_records(one_thread, tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "gpt2     single  | fallbacks 0" in out and "fp32 tokens identical" in out
-    recorded = results.load(tmp_path / "cpu.json")["metrics"]
+    # The figures go to results/<this machine's GPU, or cpu>.json, even for a --device cpu run.
+    recorded = results.load(results.results_path())["metrics"]
     assert recorded["task7.hf.gpt2.single.fallbacks"] == 0
     assert recorded["task7.hf.gpt2.single.tokens_equal"] == 1
     assert models.main(["--new-tokens", "0"]) == 2

@@ -1,7 +1,10 @@
-"""common.tools.run_all without a GPU: it says what it runs, runs only that, says what it
-skipped and why, and exits 0 when all it ran passed (the steps themselves are stubbed)."""
+"""common.tools.run_all: its plans on a GPU and a CPU; without a GPU it says what it runs, runs
+only that, says what it skipped and why, and exits 0 when all it ran passed; a missed
+performance target fails no step (the steps themselves are stubbed)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -11,29 +14,61 @@ from common.tools import run_all
 
 def test_a_cpu_plan_is_tasks_1_and_3_and_the_compile_check():
     plan, skipped = run_all.steps([1, 2, 3, 4, 5, 6, 7], bench=True, gpu=False, nvcc=True)
-    assert [name for name, _ in plan] == ["task1.test", "task3.test", "common.tools.compile_check"]
+    assert [s.name for s in plan] == ["task1.test", "task3.test", "common.tools.compile_check"]
     reasons = dict(skipped)
     assert set(reasons) >= {"task2", "task4", "task5", "task6", "task7", "common.tools.bench"}
     assert "CUDA kernels" in reasons["task7"] and "needs a CUDA GPU" in reasons["task2"]
     plan, skipped = run_all.steps([1, 3], bench=False, gpu=False, nvcc=False)
-    assert [name for name, _ in plan] == ["task1.test", "task3.test"]
+    assert [s.name for s in plan] == ["task1.test", "task3.test"]
     assert "nvcc is not installed" in dict(skipped)["common.tools.compile_check"]
 
 
-def test_a_gpu_plan_runs_everything():
-    plan, skipped = run_all.steps([1, 2, 3, 4, 5, 6, 7], bench=True, gpu=True)
-    names = [name for name, _ in plan]
-    assert not skipped and names[-1] == "common.tools.report" and "common.tools.bench" in names
-    assert {"task2.compile", "task4.test", "task7.inference"} <= set(names)
+def test_a_gpu_plan_builds_side_by_side_first_and_benches_only_with_everything():
+    plan, skipped = run_all.steps([1, 2, 3, 4, 5, 6, 7], bench=False, gpu=True)
+    names = [s.name for s in plan]
+    assert not skipped and names[0] == "build" and names[-1] == "common.tools.report"
+    assert plan[0].module_args[:1] == ["common.tools.build_all"]
+    assert not any(name.endswith(".compile") for name in names)   # the build step does them
+    assert {"task4.test", "task7.inference"} <= set(names) and "common.tools.bench" not in names
+    assert all(s.report is not None and "--json" in s.module_args
+               for s in plan if s.name.endswith(".test"))
+    plan, _ = run_all.steps([1, 2, 3, 4, 5, 6, 7], bench=True, gpu=True)
+    assert [s.name for s in plan][-2:] == ["common.tools.bench", "common.tools.report"]
+
+
+def test_a_missed_target_is_counted_but_fails_no_step(tmp_path):
+    report = tmp_path / "task4.json"
+    report.write_text(json.dumps({"exit_code": 0, "checks": [
+        {"name": "a", "passed": True, "target": False},
+        {"name": "speed", "passed": False, "target": True},
+        {"name": "speed2", "passed": False, "target": True}]}))
+    assert run_all.missed_targets(report) == 2
+    assert run_all.missed_targets(tmp_path / "absent.json") == 0
+    lines = run_all.summary_lines([("task4.test", 0, 12.0, 2), ("task5.test", 1, 3.0, 0)], [], 15.0)
+    assert lines[0].startswith("  ok    task4.test") and "2 performance targets missed" in lines[0]
+    assert lines[1].startswith("  FAIL  task5.test")
+    assert lines[-1] == "  1/2 steps ok in 15.0 s; 1 failed"
+
+
+def test_report_exits_0_on_a_missed_target_and_1_on_a_failed_check(capsys):
+    from common.checks import Check, report
+
+    assert report("t", [Check("right", True), Check("fast", False, target=True)]) == 0
+    out = capsys.readouterr().out
+    assert "MISS  fast" in out and "1 performance target missed" in out
+    assert report("t", [Check("wrong", False), Check("fast", False, target=True)]) == 1
+    assert report("t", []) == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without a GPU")
 @pytest.mark.parametrize("codes, exit_code", [((0, 0, 0), 0), ((0, 1, 0), 1)])
-def test_without_a_gpu_it_says_so_first_and_exits_by_what_it_ran(monkeypatch, capsys, codes, exit_code):
+def test_without_a_gpu_it_says_so_first_and_exits_by_what_it_ran(monkeypatch, capsys, tmp_path,
+                                                                   codes, exit_code):
     ran = []
     monkeypatch.setattr(run_all.subprocess, "call",
                         lambda cmd, cwd=None: ran.append(cmd[2]) or codes[len(ran) - 1])
-    assert run_all.main(["--no-bench"]) == exit_code
+    monkeypatch.setattr(run_all, "REPORTS_DIR", tmp_path)
+    assert run_all.main([]) == exit_code
     out = capsys.readouterr().out
     assert out.startswith("[run_all] No CUDA GPU is visible")
     assert ran[:2] == ["task1.test", "task3.test"] and len(ran) <= 3

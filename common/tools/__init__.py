@@ -1,6 +1,8 @@
 """The course's tools, for instructors and for reports: one layer above the tasks.
 
-    run_all        build and test every task, benchmark, render Results.md (the main job)
+    run_all        build and test every task, render Results.md (the main job); with
+                   --everything also the benchmark sweep
+    build_all      build every CUDA extension side by side
     report         render Results.md from results/<gpu>.json, using each task's manifest
     bench          the benchmark sweep and its plots
     sanitize       every kernel's small checks under compute-sanitizer

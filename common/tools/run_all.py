@@ -1,12 +1,26 @@
-"""The main job: build everything, run every task's test, benchmark, render Results.md.
+"""The main job: build everything, run every task's test, render Results.md.
 
-    python -m common.tools.run_all                 # everything (on a GPU machine)
+    python -m common.tools.run_all                 # the main job (on a GPU machine)
+    python -m common.tools.run_all --everything    # also the benchmark sweep and its plots
     python -m common.tools.run_all --tasks 1,3     # some tasks only
-    python -m common.tools.run_all --no-bench      # skip the benchmark sweep
 
-Each step runs in its own process (a crash in one task cannot take the others down) and
-its output streams live. Every test records what it measured in results/<gpu>.json; the
-last step renders Results.md from that file. Exit code 1 if any step failed.
+The steps, each in its own process (a crash in one cannot take the others down), their
+output streaming live:
+  build     every CUDA extension at once, side by side (common.tools.build_all): the
+            builds are independent, and one after another they took three times as long;
+  taskN     every task's test with all its check groups (the course protocol, the kernels
+            against SDPA, the variants, the decode, the models), then GPT-2 generating
+            (task7.inference --record);
+  bench     only with --everything: the benchmark sweep that draws the plots of Results.md
+            (common.tools.bench; minutes of timing, and it checks nothing the tests do not);
+  report    renders Results.md from results/<gpu>.json, where every test recorded its figures.
+`python -m pytest` on a GPU runs every check of these steps and more.
+
+The exit code says whether the code is correct: 1 if a step failed (a build error, a wrong
+result, a crash), else 0. A missed performance target prints MISS in its step and is recorded
+but fails nothing; the summary shows each step's time and how many targets it missed. On a GPU
+the job records its wall time and failed steps (`run_all.seconds`, `run_all.failed_steps`) in
+results/<gpu>.json.
 
 Without a CUDA GPU it says so first, runs what a CPU can run (the tests of the tasks whose
 manifest does not need a GPU, tasks 1 and 3, and the nvcc compile check of every kernel
@@ -15,15 +29,22 @@ when nvcc is installed), lists what it skipped and why, and exits 0 when all of 
 
 from __future__ import annotations
 
+if not __package__:  # run as a file, where `common` cannot be imported
+    raise SystemExit("Run this from the repository root as a module: python -m common.tools.run_all")
+
 import argparse
+import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.tools.manifests import manifests
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Each task test writes its checks here (--json), so the summary can count missed targets.
+REPORTS_DIR = REPO_ROOT / "build" / "run_all"
 
 
 def _gpu() -> bool:
@@ -32,11 +53,25 @@ def _gpu() -> bool:
     return torch.cuda.is_available()
 
 
+@dataclass
+class Step:
+    name: str
+    module_args: list[str]
+    report: Path | None = None      # the --json report of a task test
+
+
+def _test_step(n: int) -> Step:
+    report = REPORTS_DIR / f"task{n}.json"
+    return Step(f"task{n}.test", [f"task{n}.test", "--json", str(report)], report)
+
+
 def steps(tasks: list[int], bench: bool, gpu: bool = True,
-          nvcc: bool = False) -> tuple[list[tuple[str, list[str]]], list[tuple[str, str]]]:
-    """(the steps to run as (name, module args), the steps skipped as (name, why))."""
+          nvcc: bool = False) -> tuple[list[Step], list[tuple[str, str]]]:
+    """(the steps to run, the steps skipped as (name, why))."""
     by_task = {m.task: m for m in manifests()}
     plan, skipped = [], []
+    if gpu and any((REPO_ROOT / f"task{n}" / "compile.py").exists() for n in tasks):
+        plan.append(Step("build", ["common.tools.build_all", "--tasks", ",".join(map(str, tasks))]))
     for n in tasks:
         folder = REPO_ROOT / f"task{n}"
         manifest = by_task.get(n)
@@ -45,15 +80,13 @@ def steps(tasks: list[int], bench: bool, gpu: bool = True,
                 why = manifest.cpu_note if manifest and manifest.cpu_note else "CUDA code"
                 skipped.append((f"task{n}", f"needs a CUDA GPU: {why}"))
             continue
-        if (folder / "compile.py").exists():
-            plan.append((f"task{n}.compile", [f"task{n}.compile"]))
         if (folder / "test.py").exists():
-            plan.append((f"task{n}.test", [f"task{n}.test"]))
+            plan.append(_test_step(n))
         if n == 7 and (folder / "inference.py").exists():
-            plan.append(("task7.inference", ["task7.inference", "--record"]))
+            plan.append(Step("task7.inference", ["task7.inference", "--record"]))
     if not gpu:
         if nvcc:
-            plan.append(("common.tools.compile_check", ["common.tools.compile_check"]))
+            plan.append(Step("common.tools.compile_check", ["common.tools.compile_check"]))
         else:
             skipped.append(("common.tools.compile_check", "nvcc is not installed"))
         if bench:
@@ -61,17 +94,65 @@ def steps(tasks: list[int], bench: bool, gpu: bool = True,
         skipped.append(("common.tools.report", "a CPU run records no figures for Results.md"))
         return plan, skipped
     if bench:
-        plan.append(("common.tools.bench", ["common.tools.bench"]))
-    plan.append(("common.tools.report", ["common.tools.report"]))
+        plan.append(Step("common.tools.bench", ["common.tools.bench"]))
+    plan.append(Step("common.tools.report", ["common.tools.report"]))
     return plan, skipped
+
+
+def missed_targets(report: Path | None) -> int:
+    """How many performance targets a task test's --json report says were missed (0 if none
+    or no report)."""
+    if report is None or not report.exists():
+        return 0
+    try:
+        checks = json.loads(report.read_text()).get("checks", [])
+    except (OSError, ValueError):
+        return 0
+    return sum(1 for c in checks if c.get("target") and not c.get("passed"))
+
+
+def summary_lines(summary: list[tuple[str, int, float, int]],
+                  skipped: list[tuple[str, str]], total_seconds: float) -> list[str]:
+    lines = []
+    for name, code, seconds, missed in summary:
+        note = f"   {missed} performance target{'s' if missed != 1 else ''} missed (MISS)" \
+            if missed else ""
+        lines.append(f"  {'ok  ' if code == 0 else 'FAIL'}  {name:<28} {seconds:7.1f} s{note}")
+    for name, why in skipped:
+        lines.append(f"  skip  {name:<28} {why}")
+    failed = sum(1 for _, code, _, _ in summary if code != 0)
+    lines.append(f"  {len(summary) - failed}/{len(summary)} steps ok in {total_seconds:.1f} s"
+                 + (f"; {failed} failed" if failed else ""))
+    return lines
+
+
+def _record(total_seconds: float, summary, lines: list[str]) -> None:
+    """run_all.seconds and run_all.failed_steps (and the summary) in results/<gpu>.json, then
+    Results.md rendered again so that it shows them."""
+    from common.results import record
+    from common.tools import report
+
+    failed = sum(1 for _, code, _, _ in summary if code != 0)
+    metrics = {"run_all.seconds": total_seconds, "run_all.failed_steps": failed,
+               "run_all.targets_missed": sum(missed for *_, missed in summary)}
+    for name, _, seconds, _ in summary:
+        metrics[f"run_all.step.{name}.seconds"] = seconds
+    path = record(metrics, {"run_all.summary": "\n".join(lines)})
+    report.render()
+    print(f"[run_all] recorded run_all.seconds {total_seconds:.1f} and run_all.failed_steps "
+          f"{failed} in {path}, and rendered Results.md again")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m common.tools.run_all", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", default=",".join(str(m.task) for m in manifests()),
+    default_tasks = ",".join(str(m.task) for m in manifests())
+    parser.add_argument("--tasks", default=default_tasks,
                         help="comma-separated task numbers (default: all)")
-    parser.add_argument("--no-bench", action="store_true", help="skip the benchmark sweep")
+    parser.add_argument("--everything", action="store_true",
+                        help="also run the benchmark sweep (common.tools.bench) before the report")
+    parser.add_argument("--no-record", action="store_true",
+                        help="do not record run_all.seconds and run_all.failed_steps")
     args = parser.parse_args(argv)
     try:
         tasks = [int(t) for t in args.tasks.split(",") if t.strip()]
@@ -80,27 +161,35 @@ def main(argv=None) -> int:
 
     from common.tools.compile_check import find_nvcc
 
+    start = time.perf_counter()
     gpu = _gpu()
-    plan, skipped = steps(tasks, bench=not args.no_bench, gpu=gpu, nvcc=find_nvcc() is not None)
+    plan, skipped = steps(tasks, bench=args.everything, gpu=gpu, nvcc=find_nvcc() is not None)
     if not gpu:
         print("[run_all] No CUDA GPU is visible to torch here, so this runs only what a CPU can: "
-              + (", ".join(name for name, _ in plan) or "nothing")
+              + (", ".join(step.name for step in plan) or "nothing")
               + ". Skipped: " + "; ".join(f"{name} ({why})" for name, why in skipped) + ".",
               flush=True)
+    REPORTS_DIR.mkdir(parents=True, exist_ok=True)
 
     summary = []
-    for name, module_args in plan:
-        print(f"\n######## {name} ########", flush=True)
-        start = time.perf_counter()
-        code = subprocess.call([sys.executable, "-m", *module_args], cwd=REPO_ROOT)
-        summary.append((name, code, time.perf_counter() - start))
+    for step in plan:
+        print(f"\n######## {step.name} ########", flush=True)
+        if step.report is not None:
+            step.report.unlink(missing_ok=True)
+        step_start = time.perf_counter()
+        code = subprocess.call([sys.executable, "-m", *step.module_args], cwd=REPO_ROOT)
+        summary.append((step.name, code, time.perf_counter() - step_start,
+                        missed_targets(step.report)))
+    total = time.perf_counter() - start
 
+    lines = summary_lines(summary, skipped, total)
     print("\n######## summary ########")
-    for name, code, seconds in summary:
-        print(f"  {'ok  ' if code == 0 else 'FAIL'}  {name:<28} {seconds:7.1f} s")
-    for name, why in skipped:
-        print(f"  skip  {name:<28} {why}")
-    return 0 if all(code == 0 for _, code, _ in summary) else 1
+    print("\n".join(lines), flush=True)
+    # Only the main job itself (every task, no extras) sets the figures it is judged by.
+    main_job = tasks == [int(t) for t in default_tasks.split(",")] and not args.everything
+    if gpu and main_job and not args.no_record:
+        _record(total, summary, lines)
+    return 0 if all(code == 0 for _, code, _, _ in summary) else 1
 
 
 if __name__ == "__main__":
