@@ -167,6 +167,22 @@ def call_extension(fn, *args):
         if "not implemented" in str(err).lower():
             raise NotImplementedError(str(err).strip().splitlines()[0]) from None
         raise
+    except TypeError as err:
+        if "incompatible function arguments" in str(err):
+            raise TypeError(wrong_argument_types(fn, err)) from None
+        raise
+
+
+def wrong_argument_types(fn, err: TypeError) -> str:
+    """pybind11's "incompatible function arguments" (a signature dump) as one sentence: the
+    entry, what it takes, and what to check. The Python entries check their arguments
+    first; this is for a direct call of an extension function."""
+    lines = [line.strip() for line in str(err).splitlines()]
+    takes = next((line.split(". ", 1)[1] for line in lines if line[:2] == "1."), "")
+    name = getattr(fn, "__name__", "the extension function")
+    return (f"{name} got an argument of the wrong type; it takes {takes or 'other types'}. "
+            "Pass tensors as torch.Tensor (or None where optional), flags as True/False and "
+            "sizes as Python ints.")
 
 
 def compile_main(task: str, load, argv=None) -> int:

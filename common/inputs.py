@@ -9,6 +9,8 @@ or dtype.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 
@@ -95,3 +97,163 @@ def check_qkv(q, k, v) -> None:
         raise TypeError(f"q, k, v must be floating point, got {q.dtype}.")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}.")
+
+
+# --- the attention entries of tasks 4 and 5 (flash_attention, the decode, the HF entry) -----
+
+ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_attention_arguments(q, k, v, causal=False, out=None, *, window=None, stride=1,
+                              mask=None, key_lengths=None, left_padding=False,
+                              kernel: bool = True) -> None:
+    """Every argument of an attention call, checked once, before any kernel is chosen.
+
+    q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D]; the variant arguments as in
+    common/variants.py. Raises TypeError (a wrong type or dtype) or ValueError (a wrong value,
+    shape or device) with a sentence that says what to change. Whatever path then runs (the
+    fp32 course kernel, the mma.sync or Hopper kernel, the strided classes, a decode kernel,
+    PyTorch's twin on a CPU), it runs on arguments that passed here, so no path can skip a
+    check. `kernel=False` (PyTorch's twin on a CPU) leaves out the layout the kernels need
+    (a contiguous last dimension). That the tensors are on a CUDA GPU is the extensions' own
+    first check, in the same words on every entry; they also check the rest again in C++,
+    since their entries can be called directly."""
+    from common.limits import check_head_dim
+
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [batch, heads, seq, head_dim], got "
+                            f"{type(t).__name__}.")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [batch, heads, seq, head_dim] (4 dimensions), got "
+                             f"shape {tuple(t.shape)}.")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
+    if q.dtype not in ATTENTION_DTYPES:
+        raise TypeError(f"q, k, v have dtype {q.dtype}, but the kernels take float32, float16 "
+                        "or bfloat16; convert them with .to(...).")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}.")
+    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
+        raise ValueError(f"k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch "
+                         f"and head_dim, q being [batch, heads, seq_q, head_dim]; got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}.")
+    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"q has {q.shape[1]} heads and k/v {k.shape[1]}: grouped-query attention "
+                         "needs the query heads to be a multiple of the key/value heads (query "
+                         "head h reads KV head h / (H_q / H_kv)).")
+    for name, t in (("q", q), ("k", k)):
+        if t.numel() == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); attention needs at least "
+                             "one token.")
+    check_head_dim(q.shape[3])
+    if kernel:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.stride(3) != 1:
+                raise ValueError(f"{name}'s last dimension (head_dim) must be contiguous (stride 1) "
+                                 f"but its strides are {t.stride()}; call .contiguous() first.")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, not {type(causal).__name__} {causal!r}.")
+    if not isinstance(left_padding, bool):
+        raise TypeError(f"left_padding must be True or False, not {type(left_padding).__name__} "
+                        f"{left_padding!r}.")
+    if window is not None:
+        if not _is_int(window):
+            raise TypeError(f"window must be an int (or None for no window), not "
+                            f"{type(window).__name__} {window!r}.")
+        if window < 1:
+            raise ValueError(f"window must be at least 1 (a query sees itself) but is {window}; "
+                             "pass None for no window.")
+    if not _is_int(stride):
+        raise TypeError(f"stride must be an int (1 = every key), not {type(stride).__name__} "
+                        f"{stride!r}.")
+    if stride < 1:
+        raise ValueError(f"stride must be at least 1 (1 = every key) but is {stride}.")
+    if out is not None:
+        _check_out(out, q, kernel)
+    if mask is not None:
+        _check_mask(mask, q, k)
+    if key_lengths is not None:
+        _check_key_lengths_tensor(key_lengths, q)
+        check_key_lengths(key_lengths, k.shape[2])
+    elif left_padding:
+        raise ValueError("left_padding needs key_lengths (how many keys of each sequence are "
+                         "real); pass key_lengths or left_padding=False.")
+
+
+def _check_out(out, q, kernel: bool) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor shaped like q or None, not {type(out).__name__}.")
+    if out.shape != q.shape:
+        raise ValueError(f"out must have the shape of q {tuple(q.shape)} but has {tuple(out.shape)}.")
+    if out.dtype != q.dtype:
+        raise TypeError(f"out has dtype {out.dtype} but q has {q.dtype}; use one dtype.")
+    if out.device != q.device:
+        raise ValueError(f"out is on {out.device} but q is on {q.device}; put them on the same device.")
+    if kernel and out.stride(3) != 1:
+        raise ValueError(f"out's last dimension must be contiguous (stride 1) but its strides are "
+                         f"{out.stride()}.")
+
+
+def _check_mask(mask, q, k) -> None:
+    full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a tensor broadcastable to [batch, heads, seq_q, seq_k] = "
+                        f"{list(full)} (bool: True = keep, or an additive float) or None, not "
+                        f"{type(mask).__name__}.")
+    if mask.device != q.device:
+        raise ValueError(f"mask is on {mask.device} but q is on {q.device}; put them on the same "
+                         "device.")
+    if mask.dtype not in (torch.bool, torch.float32, q.dtype):
+        raise TypeError(f"mask has dtype {mask.dtype} but must be bool (True = keep) or an "
+                        f"additive float mask of dtype float32 or {q.dtype} (q's dtype).")
+    if not 1 <= mask.dim() <= 4:
+        raise ValueError(f"mask must have 1 to 4 dimensions, broadcastable to [batch, heads, seq_q, "
+                         f"seq_k] = {list(full)}, but has shape {tuple(mask.shape)}.")
+    for size, want in zip(reversed(mask.shape), reversed(full)):
+        if size not in (1, want):
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to [batch, "
+                             f"heads, seq_q, seq_k] = {list(full)}: each dimension must be 1 or "
+                             "the full size.")
+
+
+def _check_key_lengths_tensor(key_lengths, q) -> None:
+    if not isinstance(key_lengths, torch.Tensor):
+        raise TypeError(f"key_lengths must be an int32 tensor of shape [batch], not "
+                        f"{type(key_lengths).__name__}.")
+    if key_lengths.dtype != torch.int32:
+        raise TypeError(f"key_lengths must be an int32 tensor but has dtype {key_lengths.dtype}; "
+                        "create it with dtype=torch.int32.")
+    if key_lengths.device != q.device:
+        raise ValueError(f"key_lengths is on {key_lengths.device} but q is on {q.device}; put "
+                         "them on the same device.")
+    one = key_lengths.dim() == 0 or tuple(key_lengths.shape) == (1,)
+    if not one and tuple(key_lengths.shape) != (q.shape[0],):
+        raise ValueError(f"key_lengths must have shape [{q.shape[0]}] (one length per sequence) "
+                         f"but has shape {tuple(key_lengths.shape)}.")
+
+
+def check_key_lengths(key_lengths: torch.Tensor, seq_k: int) -> None:
+    """Lengths must lie in [0, seq_k]. Checked on the host (one read, which waits for the
+    GPU) except while a CUDA graph is being captured, where the kernels clamp them on the
+    device instead; a tensor already checked (same tensor, unchanged, same seq_k: what every
+    layer of a model forward passes) is not read again."""
+    global _last_checked_lengths
+    if key_lengths.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    signature = (key_lengths.data_ptr(), key_lengths._version, tuple(key_lengths.shape), seq_k)
+    if (_last_checked_lengths is not None and _last_checked_lengths[1] == signature
+            and _last_checked_lengths[0]() is key_lengths):
+        return
+    low, high = (int(x) for x in torch.aminmax(key_lengths.reshape(-1)))
+    if low < 0 or high > seq_k:
+        raise ValueError(f"key_lengths must lie in [0, {seq_k}] (the number of keys) but "
+                         f"range over [{low}, {high}].")
+    _last_checked_lengths = (weakref.ref(key_lengths), signature)
+
+
+_last_checked_lengths = None

@@ -26,13 +26,13 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-import weakref
 from functools import cache
 
 import torch
 from torch import nn
 
 from common.build import BuildError, call_extension
+from common.inputs import check_attention_arguments
 from common.variants import Variant, reference_attention_variant
 from task4.compile import load
 
@@ -69,8 +69,20 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         last len keys (transformers' left-padded batches).
     A query row that sees no key outputs zeros. Key tiles that no row of a query tile can
     see are never loaded, so a sliding window costs S * window, not S^2.
+
+    Every argument is checked once, here, before a kernel is chosen
+    (common.inputs.check_attention_arguments), so each path gets the same sentences.
     """
-    check_variant_arguments(k, window, key_lengths)
+    check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
+                              key_lengths=key_lengths, left_padding=left_padding)
+    return flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
+                                     left_padding)
+
+
+def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
+                              left_padding):
+    """flash_attention on arguments already checked (by flash_attention, or by
+    task5.attention.attention): picks the kernel and runs it; no path below checks again."""
     if _strided_as_dense_classes(q, k, stride, window, mask, key_lengths):
         return _strided_by_classes(q, k, v, causal, out, stride)
     version = _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths)
@@ -188,47 +200,9 @@ def _strided_by_classes(q, k, v, causal, out, stride):
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     for r in range(stride):
-        flash_attention(q[:, :, r::stride], k[:, :, r::stride], v[:, :, r::stride], causal,
-                        out[:, :, r::stride])
+        flash_attention_unchecked(q[:, :, r::stride], k[:, :, r::stride], v[:, :, r::stride],
+                                  causal, out[:, :, r::stride], None, 1, None, None, False)
     return out
-
-
-def check_variant_arguments(k: torch.Tensor, window: int | None,
-                            key_lengths: torch.Tensor | None) -> None:
-    """The Python-side checks of a variant that the extensions cannot make as clearly: a
-    window below 1, and key lengths outside [0, S_k] (the extensions check the rest)."""
-    if window is not None and window < 1:
-        raise ValueError(f"window must be at least 1 (a query sees itself) but is {window}; "
-                         "pass None for no window.")
-    if key_lengths is not None:
-        check_key_lengths(key_lengths, k.shape[2] if k.dim() == 4 else 0)
-
-
-def check_key_lengths(key_lengths: torch.Tensor, seq_k: int) -> None:
-    """Lengths must lie in [0, seq_k]. Checked on the host (one read, which waits for the
-    GPU) except while a CUDA graph is being captured, where the kernels clamp them on the
-    device instead; a tensor already checked (same tensor, unchanged, same seq_k: what every
-    layer of a model forward passes) is not read again."""
-    global _last_checked_lengths
-    if not isinstance(key_lengths, torch.Tensor):
-        raise TypeError(f"key_lengths must be an int32 tensor, not {type(key_lengths).__name__}.")
-    if key_lengths.is_cuda and torch.cuda.is_current_stream_capturing():
-        return
-    if not key_lengths.numel() or key_lengths.is_floating_point():
-        return  # the extension names what is wrong with it
-    signature = (key_lengths.data_ptr(), key_lengths._version, tuple(key_lengths.shape), seq_k)
-    if (_last_checked_lengths is not None and _last_checked_lengths[1] == signature
-            and _last_checked_lengths[0]() is key_lengths):
-        return
-    low, high = (int(x) for x in torch.aminmax(key_lengths))
-    if low < 0 or high > seq_k:
-        raise ValueError(f"key_lengths must lie in [0, {seq_k}] (the number of keys) but "
-                         f"range over [{low}, {high}].")
-    _last_checked_lengths = (weakref.ref(key_lengths), signature)
-
-
-_last_checked_lengths = None
-
 
 class CustomFlashAttention(nn.Module):
     """Multi-head self-attention on the fused FlashAttention-2 kernel (interface of task 1).

@@ -8,6 +8,8 @@ Groups:
   small      tiny shapes, every fp32 tile config, both masks, and the tensor-core kernel's
              small checks; no timing (run it under compute-sanitizer)
   inputs     bad input raises ValueError / TypeError with a sentence that says what to fix
+  arguments  each bad argument through every kernel path its dtype can take (fp32 kernel,
+             mma.sync, Hopper, strided classes, the decodes): the same sentence on each
   shapes     odd shapes against float64: S 1, 77, 1000 x head_dim 64, 80, 128 (and 8, 32,
              40), batch * heads = 70000, strided and misaligned views, every tile config
   course     the course protocol: hidden 4096, 32 heads, weights seed 41, (B, S) (4, 128) and
@@ -61,6 +63,7 @@ from common.timing import attention_flops, tflops, time_cuda
 from task4.attention import CustomFlashAttention, flash_attention
 from task4.compile import load
 from task4.manifest import SPEEDUP_METRICS, fp32_prefix
+from task4.argument_checks import GROUPS as ARGUMENT_GROUPS
 from task4.variants_checks import GROUPS as VARIANT_GROUPS
 
 # --- the course protocol ------------------------------------------------------------------
@@ -460,7 +463,7 @@ def mma_bench_group(args=None):
 
 # Correctness first, then the timed groups; the attention variants (task4/variants_checks.py)
 # come last, correctness before their benchmarks.
-GROUPS = {"small": small_group, "inputs": inputs_group, "shapes": shapes_group,
+GROUPS = {"small": small_group, "inputs": inputs_group, **ARGUMENT_GROUPS, "shapes": shapes_group,
           "course": course_group, "kernel": kernel_group, "mma": mma_group,
           "mma-bench": mma_bench_group, **VARIANT_GROUPS}
 

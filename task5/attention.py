@@ -43,6 +43,8 @@ from functools import cache
 import torch
 from torch import nn
 
+from common.build import call_extension
+from common.inputs import check_attention_arguments
 from common.limits import DECODE_LINEAR_MAX_ROWS, check_head_dim
 
 # Split-KV heuristic (choose_num_splits). A decode block is 4 warps and 5-6 of them fit on an
@@ -102,6 +104,17 @@ def _int_or_tensor(value, name: str) -> tuple[int, torch.Tensor | None]:
                         f"but is a {type(value).__name__}.") from None
 
 
+def _check_num_splits(num_splits) -> None:
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)):
+        raise TypeError(f"num_splits must be an int (blocks per head; 1 = no split) or None to "
+                        f"choose it, not {type(num_splits).__name__} {num_splits!r}.")
+
+
+def _check_flag(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}.")
+
+
 def allocate_kv_cache(batch: int, max_seq_len: int, hidden: int, dtype=torch.float32,
                       device="cuda") -> tuple[torch.Tensor, torch.Tensor]:
     """The (k_cache, v_cache) pair, each [batch, max_seq_len, hidden], allocated once."""
@@ -123,7 +136,7 @@ def update_kv_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tenso
     """
     ext = _ext()
     value, tensor = _int_or_tensor(current_pos, "current_pos")
-    ext.update_kv_cache(k_cache, v_cache, k, v, value, tensor)
+    call_extension(ext.update_kv_cache, k_cache, v_cache, k, v, value, tensor)
 
 
 def decode_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_len,
@@ -138,13 +151,16 @@ def decode_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq
     num_splits: None picks it with choose_num_splits (from S_max when seq_len is a tensor, so
     that a captured CUDA graph does not depend on the value); 1 is the unsplit course kernel.
     """
+    _check_flag(causal, "causal")
+    _check_num_splits(num_splits)
     ext = _ext()
     value, tensor = _int_or_tensor(seq_len, "seq_len")
     if num_splits is None:
         batch_heads = q.shape[0] * q.shape[1] if q.dim() == 4 else 0
         context = value if tensor is None else (k.shape[2] if k.dim() == 4 else 0)
         num_splits = _auto_num_splits(q, batch_heads, context)
-    return ext.decode_attention_bhsd(q, k, v, value, tensor, causal, num_splits, out)
+    return call_extension(ext.decode_attention_bhsd, q, k, v, value, tensor, causal, num_splits,
+                          out)
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -156,14 +172,18 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     The same kernel as decode_attention_bhsd, on the per-head views of q and the caches (made
     without copies). seq_len and num_splits as there.
     """
+    _check_flag(causal, "causal")
+    _check_num_splits(num_splits)
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
+        raise TypeError(f"num_heads must be an int, not {type(num_heads).__name__} {num_heads!r}.")
     ext = _ext()
     value, tensor = _int_or_tensor(seq_len, "seq_len")
     if num_splits is None:
         batch_heads = q.shape[0] * num_heads if q.dim() == 3 and num_heads > 0 else 0
         context = value if tensor is None else (k_cache.shape[1] if k_cache.dim() == 3 else 0)
         num_splits = _auto_num_splits(q, batch_heads, context)
-    return ext.decode_attention(q, k_cache, v_cache, num_heads, value, tensor, causal,
-                                num_splits, out)
+    return call_extension(ext.decode_attention, q, k_cache, v_cache, num_heads, value, tensor,
+                          causal, num_splits, out)
 
 
 def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
@@ -184,9 +204,17 @@ def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     while it is incremented. num_splits: None picks it from the SM count (from S, so that a
     graph does not depend on the lengths).
     """
-    from task4.attention import check_variant_arguments
+    check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
+                              key_lengths=key_lengths, left_padding=left_padding)
+    _check_num_splits(num_splits)
+    return _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths,
+                                  left_padding, out, num_splits)
 
-    check_variant_arguments(k, window, key_lengths)
+
+def _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths, left_padding,
+                           out, num_splits):
+    """The decode kernel that runs arguments already checked (decode_attention_grouped,
+    attention): the tensor-core path for the plain grouped case, else the grouped kernel."""
     if (TENSOR_CORE_DECODE and num_splits is None and window is None and stride == 1
             and mask is None and key_lengths is None and not left_padding):
         splits = _tensor_core_splits(q, k, v)
@@ -196,8 +224,8 @@ def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     if num_splits is None:
         groups = q.shape[0] * k.shape[1] if q.dim() == 4 and k.dim() == 4 else 0
         num_splits = _auto_num_splits(q, groups, k.shape[2] if k.dim() == 4 else 0)
-    return ext.decode_attention_grouped(q, k, v, causal, window, stride, mask, key_lengths,
-                                        left_padding, num_splits, out)
+    return call_extension(ext.decode_attention_grouped, q, k, v, causal, window, stride, mask,
+                          key_lengths, left_padding, num_splits, out)
 
 
 # Grouped-query decode on tensor cores, as FlashAttention-2 does it: the G = H_q / H_kv query
@@ -273,23 +301,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D] -> [B, H_q, S_q, D]. On the GPU one query row
     (S_q == 1) runs the decode kernel, more run task 4's prefill kernels; on the CPU it is
     PyTorch's attention in the input dtype (common.variants.pytorch_attention_variant), the
-    twin the tests compare with.
+    twin the tests compare with. The arguments are checked once, here, whichever runs.
     """
+    check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
+                              key_lengths=key_lengths, left_padding=left_padding,
+                              kernel=isinstance(q, torch.Tensor) and q.is_cuda)
     if not q.is_cuda:
         from common.variants import Variant, pytorch_attention_variant
 
         result = pytorch_attention_variant(q, k, v, Variant(causal, window, stride, mask,
                                                             key_lengths, left_padding))
         return result if out is None else out.copy_(result)
-    if q.dim() == 4 and q.shape[2] == 1:
-        return decode_attention_grouped(q, k, v, causal=causal, window=window, stride=stride,
-                                        mask=mask, key_lengths=key_lengths,
-                                        left_padding=left_padding, out=out)
-    from task4.attention import flash_attention
+    if q.shape[2] == 1:
+        return _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths,
+                                      left_padding, out, None)
+    from task4.attention import flash_attention_unchecked
 
-    return flash_attention(q, k, v, causal, out, window=window, stride=stride, mask=mask,
-                           key_lengths=key_lengths, left_padding=left_padding)
-
+    return flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths, left_padding)
 
 
 def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,23 @@ def _cuda_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def pytest_sessionstart(session):
+    """On a GPU machine, build every extension side by side before the first test: each test
+    would otherwise build the extension it needs, one after another, when it first asks for it
+    (task 2, 4, 5 and the Hopper kernel: minutes on a cold machine). A cached build makes this
+    a few seconds. Under pytest-xdist only the controller builds; the workers find the builds."""
+    if hasattr(session.config, "workerinput") or not _cuda_available():
+        return
+    from common.tools.build_all import build_all, build_modules
+
+    start = time.perf_counter()
+    modules = build_modules()
+    failed = build_all(modules, quiet=True)
+    print(f"\n[conftest] built {len(modules) - failed}/{len(modules)} CUDA extensions side by side "
+          f"in {time.perf_counter() - start:.0f} s" + (" (the failures are above; the tests that "
+          "need them will fail)" if failed else ""), flush=True)
 
 
 def pytest_collection_modifyitems(config, items):

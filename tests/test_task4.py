@@ -126,7 +126,8 @@ def test_other_runtime_errors_pass_through(monkeypatch):
 
 
 def test_groups_and_course_metric_names():
-    assert list(task4_test.GROUPS) == ["small", "inputs", "shapes", "course", "kernel", "mma",
+    assert list(task4_test.GROUPS) == ["small", "inputs", "arguments", "shapes", "course",
+                                       "kernel", "mma",
                                        "mma-bench", "variants-small", "variants",
                                        "variants-inputs", "strided", "variants-bench"]
     names = {f"task4.speedup.{c.mask}.{c.label}" for c in task4_test.COURSE_CASES}
@@ -186,6 +187,35 @@ def test_task4_small():
 @pytest.mark.gpu
 def test_task4_bad_inputs_raise():
     checks, _ = task4_test.inputs_group()
+    assert_checks(checks)
+
+
+def test_every_bad_argument_raises_its_sentence_before_routing():
+    """The checks every path goes through, on CPU tensors (CI): each bad call of the GPU
+    group `arguments` raises ValueError/TypeError naming the argument."""
+    from task4.argument_checks import cpu_check_cases
+
+    assert_checks(cpu_check_cases())
+
+
+def test_a_pybind_type_error_becomes_a_sentence():
+    from common.build import call_extension
+
+    def entry(*args):
+        raise TypeError("entry(): incompatible function arguments. The following argument types "
+                        "are supported:\n    1. (arg0: torch.Tensor, arg1: bool) -> torch.Tensor"
+                        "\n\nInvoked with: 'x', 'y'")
+
+    with pytest.raises(TypeError, match=r"entry got an argument of the wrong type; it takes "
+                                        r"\(arg0: torch.Tensor, arg1: bool\)"):
+        call_extension(entry, "x", "y")
+
+
+@pytest.mark.gpu
+def test_task4_bad_arguments_on_every_kernel_path():
+    from task4.argument_checks import arguments_group
+
+    checks, _ = arguments_group()
     assert_checks(checks)
 
 
