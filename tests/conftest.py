@@ -6,6 +6,9 @@ student runs it), read by tests/test_task3.py and handed to the grader in tests/
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
 import json
 import subprocess
 import sys
@@ -19,12 +22,61 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 
+@functools.cache
 def _cuda_available() -> bool:
     try:
         import torch
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+# On a GPU machine the suite runs on GPU_WORKERS pytest-xdist workers (independent tests side
+# by side: compiling, releasing, grading the skeleton, checking kernels) unless -n is given
+# (-n 0: one process). Tests marked `timed` take the GPU for themselves (_gpu_turn): while one
+# runs, no other GPU test does, so what it measures is its own. On a CPU (CI) it is one process.
+GPU_WORKERS = 4
+GPU_LOCKS = REPO_ROOT / "build" / "pytest_gpu"
+
+
+def pytest_cmdline_main(config):
+    if (hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist")
+            or getattr(config.option, "numprocesses", 0) is not None
+            or config.option.collectonly or not _cuda_available()):
+        return None
+    config.option.numprocesses = GPU_WORKERS
+    return None
+
+
+@contextlib.contextmanager
+def _gpu_turn(exclusive: bool):
+    """Hold the GPU shared (any number of untimed tests) or exclusive (one timed test).
+
+    Two flocks across the worker processes: `turn`, taken briefly by every test, and `gpu`,
+    held for the test, shared or exclusive. A timed test keeps `turn` while it waits for `gpu`,
+    so tests that arrive after it wait behind it instead of starving it."""
+    GPU_LOCKS.mkdir(parents=True, exist_ok=True)
+    with open(GPU_LOCKS / "turn", "a") as turn, open(GPU_LOCKS / "gpu", "a") as gpu:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        if exclusive:
+            fcntl.flock(gpu, fcntl.LOCK_EX)
+            fcntl.flock(turn, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turn, fcntl.LOCK_UN)
+            fcntl.flock(gpu, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(gpu, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_for_the_test(request):
+    if "gpu" not in request.keywords or not _cuda_available():
+        yield
+        return
+    with _gpu_turn(exclusive="timed" in request.keywords):
+        yield
 
 
 def pytest_sessionstart(session):

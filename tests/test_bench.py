@@ -6,6 +6,7 @@ import csv
 
 import pytest
 
+from common.results import REPO_ROOT
 from common.tools import bench
 
 
@@ -48,3 +49,22 @@ def test_skip_rules_protect_memory():
     assert bench._skip_reason("SDPA math", 1, 16, 16384, "fp32")
     assert bench._skip_reason("task2 naive CUDA", 4, 32, 8192, "fp32")
     assert not bench._skip_reason("task4 fp32 kernel", 1, 16, 16384, "fp32")
+
+
+@pytest.mark.gpu
+@pytest.mark.timed
+def test_the_sweep_runs_on_the_gpu(tmp_path):
+    """The sweep itself (`python -m common.tools.bench --quick`: a few points of each curve,
+    every implementation), into a scratch results folder. The main job runs the whole sweep
+    only with --everything, so this is where every run of the GPU suite exercises it."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "common.tools.bench", "--quick", "--no-record",
+                           "--repeats", "3"], cwd=REPO_ROOT, env={**os.environ, "ATTN_RESULTS_DIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = list(csv.DictReader(open(next(tmp_path.glob("bench_*.csv")))))
+    assert {r["kind"] for r in rows} == {"prefill", "decode"}
+    assert len(list(tmp_path.glob("bench_*_*.png"))) == 3

@@ -225,6 +225,7 @@ def test_task4_odd_shapes():
     assert_checks(checks)
 
 
+@pytest.mark.timed
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_task4_course_protocol():
@@ -233,6 +234,7 @@ def test_task4_course_protocol():
     assert set(task4_test.SPEEDUP_METRICS) <= set(metrics)
 
 
+@pytest.mark.timed
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_task4_kernel_vs_sdpa():
@@ -247,6 +249,7 @@ def test_task4_mma():
     assert_checks(checks)
 
 
+@pytest.mark.timed
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_task4_mma_bench():

@@ -186,6 +186,7 @@ def test_mma_correctness():
     assert_checks(checks)
 
 
+@pytest.mark.timed
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_mma_benchmark_meets_the_acceptance():

@@ -109,6 +109,7 @@ def test_task5_fused_decode_kernels(group):
     assert_checks(checks)
 
 
+@pytest.mark.timed
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_task5_course_protocol():
@@ -116,6 +117,7 @@ def test_task5_course_protocol():
     assert_checks(checks)
 
 
+@pytest.mark.timed
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_task5_decode_kernel_speed():

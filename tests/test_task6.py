@@ -53,6 +53,7 @@ def test_task6_correctness():
     assert_checks(checks)
 
 
+@pytest.mark.timed
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_task6_course():

@@ -141,6 +141,7 @@ def test_small_group_on_the_gpu():
     assert_checks(checks)
 
 
+@pytest.mark.timed
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_parity_greedy_50_tokens():
