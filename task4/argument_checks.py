@@ -97,7 +97,9 @@ def paths(dtype: torch.dtype) -> list[tuple[str, Callable, Callable, bool]]:
     from task4 import hopper
     from task5 import attention as decode
 
-    def forced(**settings):
+    def forced(settings=None):
+        settings = settings or {}
+
         def context():
             stack = contextlib.ExitStack()
             for (module, name), value in settings.items():
@@ -116,19 +118,21 @@ def paths(dtype: torch.dtype) -> list[tuple[str, Callable, Callable, bool]]:
 
     dense = {(prefill, "STRIDE_AS_DENSE_CLASSES"): False}
     found = [("strided classes", prefill_entry, forced(), False),
-             ("task5.attention.attention", attention_entry, forced(**dense), False)]
+             ("task5.attention.attention", attention_entry, forced(dense), False)]
     if dtype == torch.float32:
-        found += [("fp32 course kernel", prefill_entry, forced(**dense), False),
-                  ("grouped decode (CUDA cores)", decode_entry, forced(), True)]
+        found += [("fp32 course kernel", prefill_entry, forced(dense), False),
+                  ("grouped decode (CUDA cores)", decode_entry,
+                   forced({(decode, "TENSOR_CORE_DECODE"): False}), True)]
         return found
     found += [("mma.sync kernel", prefill_entry,
-               forced(**dense, **{(prefill, "HOPPER_PREFILL"): False}), False),
-              ("tensor-core decode", decode_entry, forced(**{(decode, "TENSOR_CORE_DECODE"): True}), True),
+               forced({**dense, (prefill, "HOPPER_PREFILL"): False}), False),
+              ("tensor-core decode", decode_entry,
+               forced({(decode, "TENSOR_CORE_DECODE"): True}), True),
               ("grouped decode (CUDA cores)", decode_entry,
-               forced(**{(decode, "TENSOR_CORE_DECODE"): False}), True)]
+               forced({(decode, "TENSOR_CORE_DECODE"): False}), True)]
     if hopper.available():
         found.append(("Hopper kernel", prefill_entry,
-                      forced(**dense, **{(prefill, "HOPPER_PREFILL"): True}), False))
+                      forced({**dense, (prefill, "HOPPER_PREFILL"): True}), False))
     return found
 
 

@@ -72,11 +72,20 @@ def _gpu_turn(exclusive: bool):
 
 @pytest.fixture(autouse=True)
 def _gpu_for_the_test(request):
-    if "gpu" not in request.keywords or not _cuda_available():
+    if ("gpu" not in request.keywords or "gpu_turn_inside" in request.keywords
+            or not _cuda_available()):
         yield
         return
     with _gpu_turn(exclusive="timed" in request.keywords):
         yield
+
+
+@pytest.fixture
+def gpu_turn():
+    """`with gpu_turn(exclusive=False):` for a test marked `gpu_turn_inside`, which uses the GPU
+    for only part of its run (a long build first): a turn held through the build would make
+    every timed test, and every test behind it, wait for the build."""
+    return _gpu_turn
 
 
 def pytest_sessionstart(session):

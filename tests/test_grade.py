@@ -82,12 +82,16 @@ def test_the_skeleton_gets_zero_with_a_readable_reason(graded_skeleton):
 
 @needs_solution
 @pytest.mark.gpu
+@pytest.mark.gpu_turn_inside
 @pytest.mark.slow
-def test_the_skeleton_fails_every_gpu_task_as_not_implemented(skeleton, tmp_path):
+def test_the_skeleton_fails_every_gpu_task_as_not_implemented(skeleton, tmp_path, gpu_turn):
     """On a GPU the skeleton's tasks 2 and 4-7 build and run, and each fails as "not
     implemented" (not as wrong numbers, a crash or a build error): a student's first run of
-    the grader says what to write, task 2's empty kernel bodies included."""
-    tasks = _by_task(_grade(skeleton, "2,4,5,6,7", tmp_path))
+    the grader says what to write, task 2's empty kernel bodies included. The builds (minutes
+    of nvcc, no GPU work) come first, outside the test's turn at the GPU."""
+    grade.build_side_by_side(skeleton, [2, 4, 5, 6, 7])
+    with gpu_turn(exclusive=False):
+        tasks = _by_task(_grade(skeleton, "2,4,5,6,7", tmp_path))
     for n in (2, 4, 5, 6, 7):
         assert tasks[n]["points"] == 0 and tasks[n]["status"] == "not implemented", tasks[n]
         assert "not implemented" in tasks[n]["reason"], tasks[n]

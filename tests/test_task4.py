@@ -198,6 +198,24 @@ def test_every_bad_argument_raises_its_sentence_before_routing():
     assert_checks(cpu_check_cases())
 
 
+def test_each_path_of_the_arguments_group_is_forced_and_restored():
+    from task4 import argument_checks
+    from task5 import attention as decode
+
+    before = (attention.STRIDE_AS_DENSE_CLASSES, attention.HOPPER_PREFILL, decode.TENSOR_CORE_DECODE)
+    for dtype in argument_checks.DTYPES.values():
+        found = argument_checks.paths(dtype)
+        assert {"strided classes", "task5.attention.attention"} <= {p[0] for p in found}
+        for name, _, context, _ in found:
+            with context():
+                if name == "mma.sync kernel":
+                    assert not attention.HOPPER_PREFILL and not attention.STRIDE_AS_DENSE_CLASSES
+                if name == "grouped decode (CUDA cores)":
+                    assert not decode.TENSOR_CORE_DECODE
+            assert (attention.STRIDE_AS_DENSE_CLASSES, attention.HOPPER_PREFILL,
+                    decode.TENSOR_CORE_DECODE) == before
+
+
 def test_a_pybind_type_error_becomes_a_sentence():
     from common.build import call_extension
 
