@@ -10,12 +10,17 @@
 //   mask                      only on tiles that reach the diagonal (causal) or the
 //                             sequence end (tail keys >= S are set to -inf)
 //   m_new = max(m, rowmax)    row max by warp shuffles: the lanes sharing a row are in one warp
-//   P = exp2(scores * scale*log2(e) - m_new)    log2(e) folded into the scale, so exp2f
-//   l = l * exp2(m - m_new) + rowsum(P);  O = O * exp2(m - m_new) + P V
+//   P = exp2((scores - m_new) * scale*log2(e))   log2(e) folded into the scale, so exp2f
+//   l = l * exp2((m - m_new) * scale*log2(e)) + rowsum(P);  O = O * (the same) + P V
 //
-// and at the end out = O / l. Causal: key tiles entirely above the diagonal are never
-// loaded (the loop stops at the diagonal), and query tiles are launched heaviest first so
-// the long ones do not start last.
+// and at the end out = O / l. m stays in raw score units and the exponent is the difference
+// times the scale, so the row's largest score gets exactly exp2(0) = 1 (PyTorch's softmax
+// gives it exactly 1 too): a row one key dominates comes out as that key's value row.
+// (One FFMA, exp2f(score * scale - max * scale) as FlashAttention-2's kernels compute it, gives
+// the largest score exp2(the rounding error of max * scale), and its output two more
+// roundings; task4/NOTES.md, "fp32 accuracy at large logits".) Causal: key tiles entirely
+// above the diagonal are never loaded (the loop stops at the diagonal), and query tiles are
+// launched heaviest first so the long ones do not start last.
 //
 // The tile shape and why. A block has 8 warps (256 threads); each warp is 4 lanes across
 // rows x 8 lanes across keys. A thread owns 4 query rows (rows_per_thread) x 8 keys
@@ -123,7 +128,7 @@ struct FlashParams {
   int heads;
   int seq;           // query rows (S_q)
   int head_dim;
-  float scale_log2;  // log2(e) / sqrt(head_dim): scores * scale_log2 feed exp2f
+  float scale_log2;  // log2(e) / sqrt(head_dim): (score - max) * scale_log2 feeds exp2f
   bool causal;
   // Beyond the course (filled by the host before the course's part): keys may differ from
   // queries in number (seq_k) and heads (GQA: query head h reads K/V head h / kv_group), and
@@ -269,10 +274,11 @@ __device__ __forceinline__ void mask_scores(
   // END SOLUTION
 }
 
-// The online-softmax step of one key tile, row by row: the new running max m (base 2), the
-// scores turned into P = exp2(score * scale_log2 - m) in place, and l and O rescaled by
-// exp2(m_old - m_new), l += this lane's share of rowsum(P). A row that has seen no visible
-// key yet keeps m = -inf; the m_use guard keeps its P, l and O at 0 instead of NaN.
+// The online-softmax step of one key tile, row by row: the new running max m (raw score
+// units), the scores turned into P = exp2((score - m) * scale_log2) in place (exactly 1 for
+// the row's largest score), and l and O rescaled by exp2((m_old - m_new) * scale_log2),
+// l += this lane's share of rowsum(P). A row that has seen no visible key yet keeps
+// m = -inf; the m_use guard keeps its P, l and O at 0 instead of NaN.
 template <class Cfg, int OUT_COLUMNS>
 __device__ __forceinline__ void online_softmax_step(
     float (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread],
@@ -281,10 +287,11 @@ __device__ __forceinline__ void online_softmax_step(
   // BEGIN SOLUTION kernel
   // HINT: Per row i: tile_max = max of your keys' scores, then the max over the Cfg::col_lanes
   // HINT: lanes that share the row (__shfl_xor_sync with offsets 1, 2, 4). new_max =
-  // HINT: max(row_max[i], tile_max * scale_log2); m_use = new_max, or 0 if it is -INFINITY;
-  // HINT: rescale = exp2f(row_max[i] - m_use); row_max[i] = new_max; each score becomes
-  // HINT: exp2f(score * scale_log2 - m_use); row_sum[i] = row_sum[i] * rescale + the sum of
-  // HINT: your P values (this lane's share); multiply every o_acc[i][...] by rescale.
+  // HINT: max(row_max[i], tile_max) (raw scores); m_use = new_max, or 0 if it is -INFINITY;
+  // HINT: rescale = exp2f((row_max[i] - m_use) * scale_log2); row_max[i] = new_max; each
+  // HINT: score becomes exp2f((score - m_use) * scale_log2) (subtract first: the largest score
+  // HINT: must get exactly 1); row_sum[i] = row_sum[i] * rescale + the sum of your P values
+  // HINT: (this lane's share); multiply every o_acc[i][...] by rescale.
 #pragma unroll
   for (int i = 0; i < Cfg::rows_per_thread; ++i) {
     float tile_max = score[i][0];
@@ -293,15 +300,17 @@ __device__ __forceinline__ void online_softmax_step(
 #pragma unroll
     for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
-    // scale_log2 > 0, so the max of the scaled scores is the scaled max.
-    const float new_max = fmaxf(row_max[i], tile_max * scale_log2);
+    // m in raw score units: the exponent is (score - m) * scale_log2, which is exactly 0 for
+    // the largest score. (fmaf(score, scale_log2, -m * scale_log2) saves one instruction but
+    // gives the largest score exp2(the rounding error of m * scale_log2) instead of 1.)
+    const float new_max = fmaxf(row_max[i], tile_max);
     const float m_use = new_max == -INFINITY ? 0.f : new_max;
-    const float rescale = exp2f(row_max[i] - m_use);  // exp2(-inf) = 0 on the first tile
+    const float rescale = exp2f((row_max[i] - m_use) * scale_log2);  // 0 on the first tile
     row_max[i] = new_max;
     float tile_sum = 0.f;
 #pragma unroll
     for (int j = 0; j < Cfg::keys_per_thread; ++j) {
-      score[i][j] = exp2f(fmaf(score[i][j], scale_log2, -m_use));  // masked: exp2(-inf) = 0
+      score[i][j] = exp2f((score[i][j] - m_use) * scale_log2);  // masked: exp2(-inf) = 0
       tile_sum += score[i][j];
     }
     row_sum[i] = row_sum[i] * rescale + tile_sum;
@@ -480,7 +489,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const int unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / kRowsPerKvTile : 0;
 
   float o_acc[Cfg::rows_per_thread][kOutColumns];
-  float row_max[Cfg::rows_per_thread];  // m, in log2 units; the same on all 8 lanes of a row
+  float row_max[Cfg::rows_per_thread];  // m, raw score units; the same on all 8 lanes of a row
   float row_sum[Cfg::rows_per_thread];  // l, this lane's share (its keys); summed at the end
 #pragma unroll
   for (int i = 0; i < Cfg::rows_per_thread; ++i) {

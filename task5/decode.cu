@@ -27,7 +27,8 @@
 // products are reduced with shuffles inside each lane group; every group keeps its own
 // running max m, sum l and unnormalised output (spread over its lanes, in registers);
 // the groups of a warp merge through shuffles, the warps of a block through shared memory.
-// Scores are kept in base 2 (q is pre-scaled by log2(e)/sqrt(D)) so exponentials are exp2f.
+// Scores are kept in base 2, (q . k) * log2(e)/sqrt(D), so exponentials are exp2f; for fp32
+// the scores, the softmax state and the unnormalised output are doubles (Score<T>: why).
 // Strided views are read in place: the [B, max_seq, hidden] cache is [B, H, S, D] with
 // strides (max_seq*hidden, D, hidden, 1); no slice is copied per step.
 //
@@ -77,7 +78,7 @@ constexpr int MIN_BLOCKS_PER_SM = 5;
 constexpr int MAX_SPLITS = 1024;        // more splits than this only add combine work
 constexpr int COPY_THREADS = 256;
 constexpr unsigned FULL_MASK = 0xffffffffu;
-constexpr float LOG2_E = 1.4426950408889634f;
+constexpr double LOG2_E = 1.4426950408889634;
 
 // ---- small helpers (given) ----------------------------------------------------------------
 
@@ -131,6 +132,20 @@ __device__ __forceinline__ void unpack(const Pack<T, VEC>& p, float (&f)[VEC]) {
     for (int e = 0; e < VEC; ++e) f[e] = to_float(reinterpret_cast<const T*>(&p)[e]);
   }
 }
+
+// The type of the scores, the softmax state (running max m and sum l) and the unnormalised
+// output: double for fp32, float for fp16/bf16. An fp32 score rounded to float is already as
+// wrong as PyTorch's own fp32 attention (half an ulp of q . k is up to 1e-5 in logit units at
+// large logits), so an fp32 decode in float could only match PyTorch's error, not beat it. In
+// double, q . k is exact far below that (a product of two floats is exact in a double), the
+// largest score minus the max is exactly 0 (its weight is exactly 1, as in PyTorch's
+// softmax), and the sums and merges add no rounding of their own: the output is rounded to
+// float once, at the end, so its error is that one rounding, which no float result beats.
+// Only the weights exp2(s - m) stay float (exp2f). Decode reads each K and V element from
+// memory once, so the double arithmetic costs no time; 16-bit inputs round far more than a
+// float sum does (task4/NOTES.md, "fp32 accuracy at large logits").
+template <typename T>
+using Score = std::conditional_t<std::is_same_v<T, float>, double, float>;
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
@@ -202,13 +217,13 @@ struct DecodeParams {
   int64_t max_seq_len;
   RuntimeInt seq_len;  // keys [0, seq_len) of sequence b are attended (clamped to max_seq_len)
   bool causal;
-  float score_scale;   // log2(e) / sqrt(head_dim): scores in base 2
+  Score<T> score_scale;  // log2(e) / sqrt(head_dim): (q . k) * score_scale is the base-2 score
   int num_splits;
   int64_t keys_per_split;
-  // num_splits > 1: partial results, float32, [B*H, num_splits, D] and [B*H, num_splits]
-  float* partial_o;    // unnormalised sum of exp2(s - m) * v
-  float* partial_m;    // the split's max score (base 2); -inf for a split without keys
-  float* partial_l;    // sum of exp2(s - m); 0 for a split without keys
+  // num_splits > 1: partial results, [B*H, num_splits, D] and [B*H, num_splits]
+  Score<T>* partial_o;   // unnormalised sum of exp2(s - m) * v
+  Score<T>* partial_m;   // the split's max score (base 2); -inf for a split without keys
+  Score<T>* partial_l;   // sum of exp2(s - m); 0 for a split without keys
   // num_splits > 1, when not null: one zeroed counter per (batch, head). The last block of a
   // head to finish merges the splits itself (merge_in_last_block), so no combine kernel runs.
   int* split_counters;
@@ -226,22 +241,23 @@ struct DecodeParams {
 // d = (c * LANES_PER_KEY + lane_in_key) * VEC + e (c < CHUNKS, e < VEC) of q, of its key
 // and value rows, and of the output accumulator; a warp step reads one key per key group.
 
-// 1. This lane's elements of q, as float, times score_scale (so q.k is the base-2 score);
-//    elements >= head_dim are 0.
+// 1. This lane's elements of q, unscaled (the scale multiplies the finished dot product: a
+//    pre-scaled q would carry a rounding in every element), as Score<T>; elements >= head_dim
+//    are 0.
 template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
-__device__ __forceinline__ void load_query(float (&q_reg)[VEC * CHUNKS], const T* q_row,
-                                           int lane_in_key, int head_dim, float score_scale) {
+__device__ __forceinline__ void load_query(Score<T> (&q_reg)[VEC * CHUNKS], const T* q_row,
+                                           int lane_in_key, int head_dim) {
   // BEGIN SOLUTION kernel
   // HINT: For each chunk c: d0 = (c * LANES_PER_KEY + lane_in_key) * VEC; read the pack
   // HINT: load_pack<T, VEC>(q_row + d0) (zero_pack<T, VEC>() if d0 >= head_dim), unpack it to
-  // HINT: VEC floats and store q_reg[c * VEC + e] = x[e] * score_scale.
+  // HINT: VEC floats and store q_reg[c * VEC + e] = x[e].
 #pragma unroll
   for (int c = 0; c < CHUNKS; ++c) {
     const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
     float x[VEC];
     unpack<T, VEC>(d0 < head_dim ? load_pack<T, VEC>(q_row + d0) : zero_pack<T, VEC>(), x);
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) q_reg[c * VEC + e] = x[e] * score_scale;
+    for (int e = 0; e < VEC; ++e) q_reg[c * VEC + e] = x[e];
   }
   // END SOLUTION
 }
@@ -276,29 +292,30 @@ __device__ __forceinline__ void load_key_steps(
   // END SOLUTION
 }
 
-// 3. The base-2 score of each step's key: q . k over the group's lanes; a key >= key_end
-//    (the mask of decode: the query is the last token and sees every cached key) is -inf.
+// 3. The base-2 score of each step's key, (q . k) * score_scale in Score<T>, the dot product
+//    over the group's lanes; a key >= key_end (the mask of decode: the query is the last
+//    token and sees every cached key) is -inf.
 template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
 __device__ __forceinline__ void key_scores(
-    float (&score)[KEY_STEPS_IN_FLIGHT], const float (&q_reg)[VEC * CHUNKS],
+    Score<T> (&score)[KEY_STEPS_IN_FLIGHT], const Score<T> (&q_reg)[VEC * CHUNKS],
     const Pack<T, VEC> (&k_frag)[KEY_STEPS_IN_FLIGHT][CHUNKS], int64_t first_key,
-    int64_t key_end) {
+    int64_t key_end, Score<T> score_scale) {
   // BEGIN SOLUTION kernel
-  // HINT: Per step u: dot = sum of q_reg * (the unpacked k_frag[u][c] elements) over your
-  // HINT: elements (fmaf), then a butterfly over the LANES_PER_KEY lanes of the key
+  // HINT: Per step u: dot (a Score<T>) = sum of q_reg * (the unpacked k_frag[u][c] elements)
+  // HINT: over your elements (fma), then a butterfly over the LANES_PER_KEY lanes of the key
   // HINT: (dot += __shfl_xor_sync(0xffffffff, dot, offset), offset = LANES_PER_KEY / 2 .. 1) so
-  // HINT: every lane of the group holds the full sum; score[u] = dot, or -INFINITY if the key
-  // HINT: first_key + u * (WARP_SIZE / LANES_PER_KEY) is >= key_end.
+  // HINT: every lane of the group holds the full sum; score[u] = dot * score_scale, or
+  // HINT: -INFINITY if the key first_key + u * (WARP_SIZE / LANES_PER_KEY) is >= key_end.
   constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;
 #pragma unroll
   for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
-    float dot = 0.f;
+    Score<T> dot = 0;
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
       float kf[VEC];
       unpack<T, VEC>(k_frag[u][c], kf);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) dot = fmaf(q_reg[c * VEC + e], kf[e], dot);
+      for (int e = 0; e < VEC; ++e) dot = fma(q_reg[c * VEC + e], Score<T>(kf[e]), dot);
     }
     // Butterfly over the key's lanes: every lane of the group ends with the same full sum
     // (a + b == b + a bit for bit), so m and l stay identical across the group.
@@ -306,52 +323,54 @@ __device__ __forceinline__ void key_scores(
     for (int offset = LANES_PER_KEY / 2; offset > 0; offset /= 2) {
       dot += __shfl_xor_sync(FULL_MASK, dot, offset);
     }
-    score[u] = first_key + u * KEYS_PER_WARP_STEP < key_end ? dot : -INFINITY;
+    score[u] = first_key + u * KEYS_PER_WARP_STEP < key_end ? dot * score_scale : -INFINITY;
   }
   // END SOLUTION
 }
 
 // 4. The online-softmax step of one warp iteration for this key group: m_new = max(m,
 //    scores); l and acc rescaled by exp2(m - m_new); prob[u] = exp2(score[u] - m_new) added
-//    to l. A group that has seen no key yet (m_new = -inf) changes nothing and gets prob 0.
-template <int ELEMS>
+//    to l. The differences are taken in S (Score<T>) and rounded to float after (the largest
+//    score gets exactly 1); m, l and acc are S. A group that has seen no key yet (m_new =
+//    -inf) changes nothing and gets prob 0.
+template <int ELEMS, typename S>
 __device__ __forceinline__ void online_softmax_step(float (&prob)[KEY_STEPS_IN_FLIGHT],
-                                                    const float (&score)[KEY_STEPS_IN_FLIGHT],
-                                                    float& m, float& l, float (&acc)[ELEMS]) {
+                                                    const S (&score)[KEY_STEPS_IN_FLIGHT],
+                                                    S& m, S& l, S (&acc)[ELEMS]) {
   // BEGIN SOLUTION kernel
   // HINT: m_new = max of m and every score. If m_new is -INFINITY, set every prob to 0 and
-  // HINT: return. Otherwise rescale = exp2f(m - m_new) (0 before the first key); l *= rescale;
-  // HINT: acc[i] *= rescale; then per step prob[u] = exp2f(score[u] - m_new), l += prob[u];
-  // HINT: finally m = m_new.
-  float m_new = m;
+  // HINT: return. Otherwise rescale = exp2f(float(m - m_new)) (0 before the first key);
+  // HINT: l *= rescale; acc[i] *= rescale; then per step prob[u] = exp2f(float(score[u] -
+  // HINT: m_new)), l += prob[u]; finally m = m_new.
+  S m_new = m;
 #pragma unroll
-  for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) m_new = fmaxf(m_new, score[u]);
+  for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) m_new = fmax(m_new, score[u]);
   if (m_new == -INFINITY) {  // this group has seen no key (uniform within the group)
 #pragma unroll
     for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) prob[u] = 0.f;
     return;
   }
-  const float rescale = exp2f(m - m_new);  // exp2f(-inf) = 0 before the first key
+  const float rescale = exp2f(static_cast<float>(m - m_new));  // exp2f(-inf) = 0 at first
   l *= rescale;
 #pragma unroll
   for (int i = 0; i < ELEMS; ++i) acc[i] *= rescale;
 #pragma unroll
   for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
-    prob[u] = exp2f(score[u] - m_new);  // a key past the end: exp2f(-inf) = 0
+    prob[u] = exp2f(static_cast<float>(score[u] - m_new));  // past the end: exp2f(-inf) = 0
     l += prob[u];
   }
   m = m_new;
   // END SOLUTION
 }
 
-// 5. acc += prob[u] * v for each step's value row (this lane's elements).
+// 5. acc += prob[u] * v for each step's value row (this lane's elements), in Score<T>.
 template <typename T, int VEC, int CHUNKS>
 __device__ __forceinline__ void accumulate_pv(
-    float (&acc)[VEC * CHUNKS], const float (&prob)[KEY_STEPS_IN_FLIGHT],
+    Score<T> (&acc)[VEC * CHUNKS], const float (&prob)[KEY_STEPS_IN_FLIGHT],
     const Pack<T, VEC> (&v_frag)[KEY_STEPS_IN_FLIGHT][CHUNKS]) {
   // BEGIN SOLUTION kernel
   // HINT: For each step u and chunk c: unpack v_frag[u][c] to VEC floats vf and
-  // HINT: acc[c * VEC + e] = fmaf(prob[u], vf[e], acc[c * VEC + e]).
+  // HINT: acc[c * VEC + e] = fma(prob[u], vf[e], acc[c * VEC + e]) (in Score<T>).
 #pragma unroll
   for (int u = 0; u < KEY_STEPS_IN_FLIGHT; ++u) {
 #pragma unroll
@@ -359,7 +378,8 @@ __device__ __forceinline__ void accumulate_pv(
       float vf[VEC];
       unpack<T, VEC>(v_frag[u][c], vf);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[c * VEC + e] = fmaf(prob[u], vf[e], acc[c * VEC + e]);
+      for (int e = 0; e < VEC; ++e)
+        acc[c * VEC + e] = fma(Score<T>(prob[u]), Score<T>(vf[e]), acc[c * VEC + e]);
     }
   }
   // END SOLUTION
@@ -368,24 +388,24 @@ __device__ __forceinline__ void accumulate_pv(
 // 6. Merge the key groups of this warp into every lane: lanes `offset` apart (offset =
 //    LANES_PER_KEY .. 16) hold the same elements of different groups. A state that saw no
 //    key (m = -inf) gets weight 0, not exp2(nan).
-template <int LANES_PER_KEY, int ELEMS>
-__device__ __forceinline__ void merge_key_groups(float& m, float& l, float (&acc)[ELEMS]) {
+template <int LANES_PER_KEY, int ELEMS, typename S>
+__device__ __forceinline__ void merge_key_groups(S& m, S& l, S (&acc)[ELEMS]) {
   // BEGIN SOLUTION kernel
   // HINT: For offset = LANES_PER_KEY, 2 * LANES_PER_KEY, .. < WARP_SIZE: read the other
   // HINT: group's m, l and acc with __shfl_xor_sync(0xffffffff, x, offset); m_new = max of the
-  // HINT: two; each side's weight is exp2f(its m - m_new), or 0 if its m is -INFINITY;
+  // HINT: two; each side's weight is exp2f(float(its m - m_new)), or 0 if its m is -INFINITY;
   // HINT: l = l * w_self + l_other * w_other, acc likewise; m = m_new.
 #pragma unroll
   for (int offset = LANES_PER_KEY; offset < WARP_SIZE; offset *= 2) {
-    const float m_other = __shfl_xor_sync(FULL_MASK, m, offset);
-    const float l_other = __shfl_xor_sync(FULL_MASK, l, offset);
-    const float m_new = fmaxf(m, m_other);
-    const float w_self = m == -INFINITY ? 0.f : exp2f(m - m_new);
-    const float w_other = m_other == -INFINITY ? 0.f : exp2f(m_other - m_new);
+    const S m_other = __shfl_xor_sync(FULL_MASK, m, offset);
+    const S l_other = __shfl_xor_sync(FULL_MASK, l, offset);
+    const S m_new = fmax(m, m_other);
+    const S w_self = m == -INFINITY ? 0.f : exp2f(static_cast<float>(m - m_new));
+    const S w_other = m_other == -INFINITY ? 0.f : exp2f(static_cast<float>(m_other - m_new));
     l = l * w_self + l_other * w_other;
 #pragma unroll
     for (int i = 0; i < ELEMS; ++i) {
-      const float acc_other = __shfl_xor_sync(FULL_MASK, acc[i], offset);
+      const S acc_other = __shfl_xor_sync(FULL_MASK, acc[i], offset);
       acc[i] = acc[i] * w_self + acc_other * w_other;
     }
     m = m_new;
@@ -394,22 +414,24 @@ __device__ __forceinline__ void merge_key_groups(float& m, float& l, float (&acc
 }
 
 // 7. Merge the warps of the block through shared memory and write: the output itself (one
-//    split) or this split's float32 partial (o, m, l) for combine_splits_kernel.
+//    split) or this split's partial (o, m, l, in Score<T>) for combine_splits_kernel.
 template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
-__device__ __forceinline__ void merge_warps_and_write(const DecodeParams<T>& p, float m, float l,
-                                                      const float (&acc)[VEC * CHUNKS], int b,
+__device__ __forceinline__ void merge_warps_and_write(const DecodeParams<T>& p, Score<T> m,
+                                                      Score<T> l,
+                                                      const Score<T> (&acc)[VEC * CHUNKS], int b,
                                                       int h) {
   // BEGIN SOLUTION kernel
-  // HINT: In __shared__ arrays [WARPS_PER_BLOCK][MAX_HEAD_DIM] (o) and [WARPS_PER_BLOCK] (m, l):
-  // HINT: key group 0 of each warp writes its acc elements d < head_dim, lane 0 its m and l;
-  // HINT: __syncthreads(). Then block_m = max of the warps' m, weight_w = exp2f(m_w - block_m)
-  // HINT: (0 if m_w is -INFINITY), block_l = sum weight_w * l_w, and thread d (stepping by the
-  // HINT: block size) o = sum weight_w * o_w[d]. One split: out[b, h, d] = o / block_l (0 if
-  // HINT: block_l == 0), converted with from_float<T>. Several: partial_o[(bh * num_splits +
-  // HINT: split) * head_dim + d] = o, and thread 0 writes partial_m and partial_l there.
-  __shared__ float warp_o[WARPS_PER_BLOCK][MAX_HEAD_DIM];
-  __shared__ float warp_m[WARPS_PER_BLOCK];
-  __shared__ float warp_l[WARPS_PER_BLOCK];
+  // HINT: In __shared__ arrays of Score<T>, [WARPS_PER_BLOCK][MAX_HEAD_DIM] (o) and
+  // HINT: [WARPS_PER_BLOCK] (m, l): key group 0 of each warp writes its acc elements
+  // HINT: d < head_dim, lane 0 its m and l; __syncthreads(). Then block_m = max of the warps' m,
+  // HINT: weight_w = exp2f(float(m_w - block_m)) (0 if m_w is -INFINITY), block_l = sum
+  // HINT: weight_w * l_w, and thread d (stepping by the block size) o = sum weight_w * o_w[d],
+  // HINT: all in Score<T>. One split: out[b, h, d] = float(o / block_l) (0 if block_l == 0),
+  // HINT: converted with from_float<T>. Several: partial_o[(bh * num_splits + split) *
+  // HINT: head_dim + d] = o, and thread 0 writes partial_m and partial_l there.
+  __shared__ Score<T> warp_o[WARPS_PER_BLOCK][MAX_HEAD_DIM];
+  __shared__ Score<T> warp_m[WARPS_PER_BLOCK];
+  __shared__ Score<T> warp_l[WARPS_PER_BLOCK];
   const int warp = threadIdx.x / WARP_SIZE;
   const int lane = threadIdx.x % WARP_SIZE;
   const int bh = blockIdx.x;
@@ -433,24 +455,24 @@ __device__ __forceinline__ void merge_warps_and_write(const DecodeParams<T>& p, 
   }
   __syncthreads();
 
-  float block_m = -INFINITY;
+  Score<T> block_m = -INFINITY;
 #pragma unroll
-  for (int w = 0; w < WARPS_PER_BLOCK; ++w) block_m = fmaxf(block_m, warp_m[w]);
-  float weight[WARPS_PER_BLOCK];
-  float block_l = 0.f;
+  for (int w = 0; w < WARPS_PER_BLOCK; ++w) block_m = fmax(block_m, warp_m[w]);
+  Score<T> weight[WARPS_PER_BLOCK];
+  Score<T> block_l = 0.f;
 #pragma unroll
   for (int w = 0; w < WARPS_PER_BLOCK; ++w) {
-    weight[w] = warp_m[w] == -INFINITY ? 0.f : exp2f(warp_m[w] - block_m);
+    weight[w] = warp_m[w] == -INFINITY ? 0.f : exp2f(static_cast<float>(warp_m[w] - block_m));
     block_l += weight[w] * warp_l[w];
   }
   for (int d = threadIdx.x; d < p.head_dim; d += THREADS_PER_BLOCK) {
-    float o = 0.f;
+    Score<T> o = 0.f;
 #pragma unroll
-    for (int w = 0; w < WARPS_PER_BLOCK; ++w) o = fmaf(weight[w], warp_o[w][d], o);
+    for (int w = 0; w < WARPS_PER_BLOCK; ++w) o = fma(weight[w], warp_o[w][d], o);
     if (p.num_splits == 1) {
       // seq_len 0 (only possible through a device length) has no keys: write 0, not 0/0.
       p.out[b * p.out_stride_b + h * p.out_stride_h + d] =
-          from_float<T>(block_l > 0.f ? o / block_l : 0.f);
+          from_float<T>(block_l > 0.f ? static_cast<float>(o / block_l) : 0.f);
     } else {
       p.partial_o[(static_cast<int64_t>(bh) * p.num_splits + split) * p.head_dim + d] = o;
     }
@@ -464,12 +486,12 @@ __device__ __forceinline__ void merge_warps_and_write(const DecodeParams<T>& p, 
 
 // (m, l) <- the merge of softmax states (m, l) and (m_other, l_other): the larger max, and
 // each sum rescaled to it; a state that saw no key (m = -inf) adds nothing.
-__device__ __forceinline__ void merge_softmax_state(float& m, float& l, float m_other,
-                                                    float l_other) {
-  const float m_new = fmaxf(m, m_other);
+template <typename S>
+__device__ __forceinline__ void merge_softmax_state(S& m, S& l, S m_other, S l_other) {
+  const S m_new = fmax(m, m_other);
   if (m_new == -INFINITY) return;
-  l = (m == -INFINITY ? 0.f : l * exp2f(m - m_new)) +
-      (m_other == -INFINITY ? 0.f : l_other * exp2f(m_other - m_new));
+  l = (m == -INFINITY ? 0.f : l * exp2f(static_cast<float>(m - m_new))) +
+      (m_other == -INFINITY ? 0.f : l_other * exp2f(static_cast<float>(m_other - m_new)));
   m = m_new;
 }
 
@@ -480,34 +502,35 @@ __device__ __forceinline__ void merge_softmax_state(float& m, float& l, float m_
 // is an unrolled sum of independent loads, not a chain of dependent ones. The partials are
 // read with __ldcg (from L2): other blocks of the same kernel may have just written them.
 template <typename T>
-__device__ __forceinline__ void merge_split_states(const float* m_split, const float* l_split,
-                                                   const float* o_split, int num_splits,
+__device__ __forceinline__ void merge_split_states(const Score<T>* m_split,
+                                                   const Score<T>* l_split,
+                                                   const Score<T>* o_split, int num_splits,
                                                    int head_dim, T* out_row) {
   // BEGIN SOLUTION kernel
-  // HINT: M = max over splits of m_split; each split's weight is exp2f(m_s - M), or 0 for an
-  // HINT: empty split (m_s = -INFINITY); L = sum weight * l_split; element d of the output is
-  // HINT: (sum over splits of weight * o_split[s * head_dim + d]) / L, or 0 when L == 0 (no
-  // HINT: keys at all), converted with from_float<T>. Share the splits between the threads of
-  // HINT: the block (a block reduction for M and L, weights in __shared__ memory, at most
-  // HINT: MAX_SPLITS), then each thread sums the splits for its elements d.
-  __shared__ float weight[MAX_SPLITS];  // m_s, then the weight of split s
-  __shared__ float warp_max[WARP_SIZE];
-  __shared__ float warp_sum[WARP_SIZE];
+  // HINT: M = max over splits of m_split; each split's weight is exp2f(float(m_s - M)), or 0
+  // HINT: for an empty split (m_s = -INFINITY); L = sum weight * l_split; element d of the
+  // HINT: output is (sum over splits of weight * o_split[s * head_dim + d]) / L, or 0 when
+  // HINT: L == 0 (no keys at all), summed in Score<T>, rounded to float once and converted
+  // HINT: with from_float<T>. Share the splits between the threads of the block (a block
+  // HINT: reduction for M and L, weights in __shared__ memory, at most MAX_SPLITS), then each
+  // HINT: thread sums the splits for its elements d.
+  __shared__ float weight[MAX_SPLITS];  // the weight of split s
+  __shared__ Score<T> warp_max[WARP_SIZE];
+  __shared__ Score<T> warp_sum[WARP_SIZE];
   const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
   const int warps = blockDim.x / WARP_SIZE;
 
   // One pass over m and l, their loads in flight together: each thread keeps the running
   // (max, sum) of its splits s = tid + k * blockDim, l rescaled as the max grows (task 3's
   // merge of two softmax states); the warps, then the block, merge these states.
-  float m_max = -INFINITY, l_total = 0.f;
+  Score<T> m_max = -INFINITY, l_total = 0.f;
   for (int s = threadIdx.x; s < num_splits; s += blockDim.x) {
-    const float m_s = __ldcg(m_split + s), l_s = __ldcg(l_split + s);
-    weight[s] = m_s;
+    const Score<T> m_s = __ldcg(m_split + s), l_s = __ldcg(l_split + s);
     merge_softmax_state(m_max, l_total, m_s, l_s);
   }
   for (int offset = 16; offset > 0; offset /= 2) {
-    const float m_other = __shfl_xor_sync(FULL_MASK, m_max, offset);
-    const float l_other = __shfl_xor_sync(FULL_MASK, l_total, offset);
+    const Score<T> m_other = __shfl_xor_sync(FULL_MASK, m_max, offset);
+    const Score<T> l_other = __shfl_xor_sync(FULL_MASK, l_total, offset);
     merge_softmax_state(m_max, l_total, m_other, l_other);
   }
   if (lane == 0) {
@@ -517,8 +540,10 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
   __syncthreads();
   m_max = -INFINITY, l_total = 0.f;
   for (int w = 0; w < warps; ++w) merge_softmax_state(m_max, l_total, warp_max[w], warp_sum[w]);
-  for (int s = threadIdx.x; s < num_splits; s += blockDim.x)  // this thread's own m_s
-    weight[s] = weight[s] == -INFINITY ? 0.f : exp2f(weight[s] - m_max);
+  for (int s = threadIdx.x; s < num_splits; s += blockDim.x) {  // this thread's own m_s again
+    const Score<T> m_s = __ldcg(m_split + s);
+    weight[s] = m_s == -INFINITY ? 0.f : exp2f(static_cast<float>(m_s - m_max));
+  }
   __syncthreads();  // publishes weight[]
 
   // The weighted sum of the partial rows. Up to 16 splits: each thread sums its elements d
@@ -527,12 +552,13 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
   // per lane) of splits w, w + 4, ..., 16 loads in flight per lane, and the warps' sums are
   // added in shared memory, so 64 splits are one round trip instead of four. (Measured against
   // the per-element loop in one process: faster at 64 splits, slower at 16; task6/NOTES.md.)
+  // fp32's partials are doubles: they take the per-element loop.
   constexpr int kLoadsInFlight = 16;
   __shared__ float4 warp_o[WARPS_PER_BLOCK][WARP_SIZE];
-  const bool by_pieces = num_splits > kLoadsInFlight && head_dim % 4 == 0 &&
-                         head_dim <= 4 * WARP_SIZE && warps == WARPS_PER_BLOCK &&
-                         reinterpret_cast<uintptr_t>(o_split) % 16 == 0;
-  if (by_pieces) {
+  const bool by_pieces = std::is_same_v<Score<T>, float> && num_splits > kLoadsInFlight &&
+                         head_dim % 4 == 0 && head_dim <= 4 * WARP_SIZE &&
+                         warps == WARPS_PER_BLOCK && reinterpret_cast<uintptr_t>(o_split) % 16 == 0;
+  if constexpr (std::is_same_v<Score<T>, float>) if (by_pieces) {
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     if (lane < head_dim / 4) {
       for (int base = warp; base < num_splits; base += WARPS_PER_BLOCK * kLoadsInFlight) {
@@ -557,7 +583,7 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
     __syncthreads();
   }
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.f;
+    Score<T> o = 0.f;
     if (by_pieces) {
 #pragma unroll
       for (int from = 0; from < WARPS_PER_BLOCK; ++from)  // in warp order
@@ -565,9 +591,10 @@ __device__ __forceinline__ void merge_split_states(const float* m_split, const f
     } else {
 #pragma unroll 16
       for (int s = 0; s < num_splits; ++s)
-        o = fmaf(weight[s], __ldcg(o_split + static_cast<int64_t>(s) * head_dim + d), o);
+        o = fma(Score<T>(weight[s]), __ldcg(o_split + static_cast<int64_t>(s) * head_dim + d), o);
     }
-    out_row[d] = from_float<T>(l_total > 0.f ? o / l_total : 0.f);  // no visible key: 0
+    // no visible key: 0
+    out_row[d] = from_float<T>(l_total > 0.f ? static_cast<float>(o / l_total) : 0.f);
   }
   // END SOLUTION
 }
@@ -711,21 +738,21 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   Pack<T, VEC> v_frag[KEY_STEPS_IN_FLIGHT][CHUNKS];
   load_key_steps<T, VEC, LANES_PER_KEY, CHUNKS>(k_frag, v_frag, k_ptr, v_ptr, k_step, v_step,
                                                 base + key_group, key_end, lane_in_key, p.head_dim);
-  float q_reg[ELEMS];
+  Score<T> q_reg[ELEMS];
   load_query<T, VEC, LANES_PER_KEY, CHUNKS>(q_reg, p.q + b * p.q_stride_b + h * p.q_stride_h,
-                                            lane_in_key, p.head_dim, p.score_scale);
+                                            lane_in_key, p.head_dim);
 
   // State of this lane's key group: m, l (the same in every lane of the group) and acc (this
   // lane's output elements).
-  float m = -INFINITY;
-  float l = 0.f;
-  float acc[ELEMS];
+  Score<T> m = -INFINITY, l = 0.f;
+  Score<T> acc[ELEMS];
 #pragma unroll
   for (int i = 0; i < ELEMS; ++i) acc[i] = 0.f;
 
   while (base < key_end) {
-    float score[KEY_STEPS_IN_FLIGHT];
-    key_scores<T, VEC, LANES_PER_KEY, CHUNKS>(score, q_reg, k_frag, base + key_group, key_end);
+    Score<T> score[KEY_STEPS_IN_FLIGHT];
+    key_scores<T, VEC, LANES_PER_KEY, CHUNKS>(score, q_reg, k_frag, base + key_group, key_end,
+                                              p.score_scale);
     float prob[KEY_STEPS_IN_FLIGHT];
     online_softmax_step<ELEMS>(prob, score, m, l, acc);
     accumulate_pv<T, VEC, CHUNKS>(acc, prob, v_frag);
@@ -770,6 +797,9 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const Deco
 constexpr int GROUPED_TILE_KEYS = 32;  // keys per shared-memory tile (8 per warp)
 constexpr int GROUPED_STAGES = 4;      // tiles in flight or being computed
 constexpr float LAZY_RESCALE = 8.f;    // see the online softmax of decode_grouped_kernel
+// fp32 rescales at every new max instead (the largest score's weight is then exactly 1).
+template <typename T>
+constexpr float lazy_rescale() { return std::is_same_v<T, float> ? 0.f : LAZY_RESCALE; }
 
 template <typename T>
 struct GroupedDecodeParams {
@@ -783,12 +813,12 @@ struct GroupedDecodeParams {
   int64_t out_stride_b, out_stride_h;
   int heads_q, heads_kv, group, head_chunks, head_dim;
   attn::MaskParams mask;  // seq_q = 1
-  float score_scale;      // log2(e) / sqrt(head_dim)
+  Score<T> score_scale;   // log2(e) / sqrt(head_dim)
   int num_splits;
   int64_t keys_per_split;
-  float* partial_o;       // [B * H_q, num_splits, head_dim] (num_splits > 1)
-  float* partial_m;
-  float* partial_l;
+  Score<T>* partial_o;    // [B * H_q, num_splits, head_dim] (num_splits > 1)
+  Score<T>* partial_m;
+  Score<T>* partial_l;
 };
 
 // Shared memory of one block: K and V tiles of every stage, rows of MAX_HEAD_DIM elements.
@@ -847,9 +877,9 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
   extern __shared__ float4 grouped_smem[];  // [STAGES][K, V][TILE_KEYS][MAX_HEAD_DIM] of T
   T* const tiles = reinterpret_cast<T*>(grouped_smem);
   constexpr int TILE_ELEMS = GROUPED_TILE_KEYS * MAX_HEAD_DIM;
-  __shared__ float warp_o[WARPS_PER_BLOCK][GROUP_TILE][MAX_HEAD_DIM];
-  __shared__ float warp_m[WARPS_PER_BLOCK][GROUP_TILE];
-  __shared__ float warp_l[WARPS_PER_BLOCK][GROUP_TILE];
+  __shared__ Score<T> warp_o[WARPS_PER_BLOCK][GROUP_TILE][MAX_HEAD_DIM];
+  __shared__ Score<T> warp_m[WARPS_PER_BLOCK][GROUP_TILE];
+  __shared__ Score<T> warp_l[WARPS_PER_BLOCK][GROUP_TILE];
 
   const int chunk = blockIdx.x % p.head_chunks;
   const int bkv = blockIdx.x / p.head_chunks;
@@ -885,7 +915,7 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
     cp_async_commit_group();
   }
 
-  float q_reg[GROUP_TILE][ELEMS];
+  Score<T> q_reg[GROUP_TILE][ELEMS];  // unscaled, as in load_query
 #pragma unroll
   for (int g = 0; g < GROUP_TILE; ++g) {
     const T* q_row = p.q + b * p.q_stride_b + (head0 + min(g, heads_here - 1)) * p.q_stride_h;
@@ -895,10 +925,10 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
       float x[VEC];
       unpack<T, VEC>(d0 < p.head_dim ? load_pack<T, VEC>(q_row + d0) : zero_pack<T, VEC>(), x);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) q_reg[g][c * VEC + e] = x[e] * p.score_scale;
+      for (int e = 0; e < VEC; ++e) q_reg[g][c * VEC + e] = x[e];
     }
   }
-  float m[GROUP_TILE], l[GROUP_TILE], acc[GROUP_TILE][ELEMS];
+  Score<T> m[GROUP_TILE], l[GROUP_TILE], acc[GROUP_TILE][ELEMS];
 #pragma unroll
   for (int g = 0; g < GROUP_TILE; ++g) {
     m[g] = -INFINITY;
@@ -931,12 +961,15 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
     // exceeds the running reference m by more than LAZY_RESCALE (in log2 units), so
     // p = exp2(s - m) <= 2^LAZY_RESCALE stays far from overflow, and the usual case is one
     // exp2 and one FMA per element instead of a rescale of GROUP_TILE x ELEMS accumulators.
-    // (The result is the same: numerator and denominator share the reference m.)
+    // (The result is the same: numerator and denominator share the reference m, up to an
+    // ulp: a largest weight 2^(s - m) that is not 1 rounds a row one key dominates, so fp32,
+    // judged against PyTorch's fp32, rescales at every new max: lazy_rescale<float>() = 0.)
 #pragma unroll
     for (int u = 0; u < STEPS; ++u) {
       const int row = warp * KEYS_PER_WARP + u * KEYS_PER_WARP_STEP + key_group;
       const int64_t key = tile_key0 + row;
-      float kf[ELEMS], vf[ELEMS];
+      Score<T> kf[ELEMS];  // converted once, used by every head
+      float vf[ELEMS];
 #pragma unroll
       for (int c = 0; c < CHUNKS; ++c) {
         const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
@@ -952,29 +985,32 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
       }
 #pragma unroll
       for (int g = 0; g < GROUP_TILE; ++g) {
-        float dot = 0.f;
+        Score<T> dot = 0;
 #pragma unroll
-        for (int i = 0; i < ELEMS; ++i) dot = fmaf(q_reg[g][i], kf[i], dot);
+        for (int i = 0; i < ELEMS; ++i) dot = fma(q_reg[g][i], kf[i], dot);
 #pragma unroll
         for (int offset = LANES_PER_KEY / 2; offset > 0; offset /= 2)
           dot += __shfl_xor_sync(FULL_MASK, dot, offset);
-        float s = key < key_end ? dot : -INFINITY;
+        Score<T> s = key < key_end ? dot * p.score_scale : -INFINITY;
         if (elementwise && key < key_end) {
+          // The mask's part alone (apply to 0: -inf, or the additive bias in base 2), added
+          // in Score<T>: applied to a rounded float score it would undo the double's precision.
           const attn::KeyMask<true> mask(p.mask, b, head0 + min(g, heads_here - 1));
-          s = mask.apply(s, 0, static_cast<int>(key));
+          const float bias = mask.apply(0.f, 0, static_cast<int>(key));
+          s = bias == -INFINITY ? -INFINITY : s + bias;
         }
         if (s == -INFINITY) continue;  // not visible (uniform within the key group)
-        if (s > m[g] + LAZY_RESCALE) {  // rare: a new reference (the first key always)
-          const float rescale = exp2f(m[g] - s);  // exp2(-inf) = 0 before the first key
+        if (s > m[g] + lazy_rescale<T>()) {  // rare: a new reference (the first key always)
+          const float rescale = exp2f(static_cast<float>(m[g] - s));  // 0 before the first key
           l[g] *= rescale;
 #pragma unroll
           for (int i = 0; i < ELEMS; ++i) acc[g][i] *= rescale;
           m[g] = s;
         }
-        const float prob = exp2f(s - m[g]);
+        const float prob = exp2f(static_cast<float>(s - m[g]));
         l[g] += prob;
 #pragma unroll
-        for (int i = 0; i < ELEMS; ++i) acc[g][i] = fmaf(prob, vf[i], acc[g][i]);
+        for (int i = 0; i < ELEMS; ++i) acc[g][i] = fma(Score<T>(prob), vf[i], acc[g][i]);
       }
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
@@ -986,15 +1022,16 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
   for (int g = 0; g < GROUP_TILE; ++g) {
 #pragma unroll
     for (int offset = LANES_PER_KEY; offset < WARP_SIZE; offset *= 2) {
-      const float m_other = __shfl_xor_sync(FULL_MASK, m[g], offset);
-      const float l_other = __shfl_xor_sync(FULL_MASK, l[g], offset);
-      const float m_new = fmaxf(m[g], m_other);
-      const float w_self = m[g] == -INFINITY ? 0.f : exp2f(m[g] - m_new);
-      const float w_other = m_other == -INFINITY ? 0.f : exp2f(m_other - m_new);
+      const Score<T> m_other = __shfl_xor_sync(FULL_MASK, m[g], offset);
+      const Score<T> l_other = __shfl_xor_sync(FULL_MASK, l[g], offset);
+      const Score<T> m_new = fmax(m[g], m_other);
+      const Score<T> w_self = m[g] == -INFINITY ? 0.f : exp2f(static_cast<float>(m[g] - m_new));
+      const Score<T> w_other =
+          m_other == -INFINITY ? 0.f : exp2f(static_cast<float>(m_other - m_new));
       l[g] = l[g] * w_self + l_other * w_other;
 #pragma unroll
       for (int i = 0; i < ELEMS; ++i) {
-        const float acc_other = __shfl_xor_sync(FULL_MASK, acc[g][i], offset);
+        const Score<T> acc_other = __shfl_xor_sync(FULL_MASK, acc[g][i], offset);
         acc[g][i] = acc[g][i] * w_self + acc_other * w_other;
       }
       m[g] = m_new;
@@ -1018,20 +1055,21 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
   for (int idx = threadIdx.x; idx < heads_here * p.head_dim; idx += THREADS_PER_BLOCK) {
     const int g = idx / p.head_dim;
     const int d = idx % p.head_dim;
-    float block_m = -INFINITY;
+    Score<T> block_m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < WARPS_PER_BLOCK; ++w) block_m = fmaxf(block_m, warp_m[w][g]);
-    float block_l = 0.f, o = 0.f;
+    for (int w = 0; w < WARPS_PER_BLOCK; ++w) block_m = fmax(block_m, warp_m[w][g]);
+    Score<T> block_l = 0.f, o = 0.f;
 #pragma unroll
     for (int w = 0; w < WARPS_PER_BLOCK; ++w) {
-      const float weight = warp_m[w][g] == -INFINITY ? 0.f : exp2f(warp_m[w][g] - block_m);
-      block_l = fmaf(weight, warp_l[w][g], block_l);
-      o = fmaf(weight, warp_o[w][g][d], o);
+      const Score<T> weight = warp_m[w][g] == -INFINITY
+                                  ? 0.f : exp2f(static_cast<float>(warp_m[w][g] - block_m));
+      block_l = fma(weight, warp_l[w][g], block_l);
+      o = fma(weight, warp_o[w][g][d], o);
     }
     const int h = head0 + g;
     if (p.num_splits == 1) {
       p.out[b * p.out_stride_b + h * p.out_stride_h + d] =
-          from_float<T>(block_l > 0.f ? o / block_l : 0.f);  // no visible key: 0
+          from_float<T>(block_l > 0.f ? static_cast<float>(o / block_l) : 0.f);  // none: 0
     } else {
       const int64_t state = (static_cast<int64_t>(b) * p.heads_q + h) * p.num_splits + split;
       p.partial_o[state * p.head_dim + d] = o;
@@ -1047,6 +1085,12 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
 // ---- host side: layout choices and launches (given) ---------------------------------------
 
 bool multiple_of(int64_t bytes, int64_t unit) { return bytes % unit == 0; }
+
+// The torch dtype of Score<T> (the partial results of a split decode).
+template <typename T>
+constexpr torch::ScalarType score_dtype() {
+  return std::is_same_v<Score<T>, double> ? torch::kFloat64 : torch::kFloat32;
+}
 
 bool pointer_aligned(const void* ptr, int64_t unit) {
   return reinterpret_cast<std::uintptr_t>(ptr) % static_cast<std::uintptr_t>(unit) == 0;
@@ -1153,9 +1197,10 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   p.split_counters = num_splits > 1 ? split_counters(stream, batch_heads) : nullptr;
   // BEGIN SOLUTION
   // HINT: Fill the rest of p (pointers from data_ptr, strides from stride(), score_scale =
-  // HINT: LOG2_E / sqrt(head_dim), keys_per_split = ceil(split_context / num_splits)). With
-  // HINT: num_splits > 1 allocate the float32 partials (o: B*H*num_splits*head_dim, m and l:
-  // HINT: B*H*num_splits each). Launch launch_split_kernel with grid (B*H, num_splits), then,
+  // HINT: LOG2_E / sqrt(head_dim) in double, as a Score<T>, keys_per_split = ceil(split_context
+  // HINT: / num_splits)). With num_splits > 1 allocate the partials of Score<T> (float64 for
+  // HINT: fp32, else float32): o: B*H*num_splits*head_dim, m and l: B*H*num_splits each.
+  // HINT: Launch launch_split_kernel with grid (B*H, num_splits), then,
   // HINT: with several splits and no p.split_counters, combine_splits_kernel with grid B*H and
   // HINT: MAX_HEAD_DIM threads; attn::check_launch after each launch.
   p.q = reinterpret_cast<const T*>(q.data_ptr());
@@ -1177,7 +1222,7 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   p.max_seq_len = k.size(2);
   p.seq_len = seq_len;
   p.causal = causal;
-  p.score_scale = LOG2_E / std::sqrt(static_cast<float>(head_dim));
+  p.score_scale = static_cast<Score<T>>(LOG2_E / std::sqrt(static_cast<double>(head_dim)));
   p.num_splits = num_splits;
   p.keys_per_split = (split_context + num_splits - 1) / num_splits;
 
@@ -1186,8 +1231,8 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   torch::Tensor workspace;
   if (num_splits > 1) {
     const int64_t states = batch_heads * num_splits;
-    workspace = torch::empty({states * (head_dim + 2)}, q.options().dtype(torch::kFloat32));
-    p.partial_o = workspace.data_ptr<float>();
+    workspace = torch::empty({states * (head_dim + 2)}, q.options().dtype(score_dtype<T>()));
+    p.partial_o = workspace.data_ptr<Score<T>>();
     p.partial_m = p.partial_o + states * head_dim;
     p.partial_l = p.partial_m + states;
   }
@@ -1317,15 +1362,15 @@ void run_decode_grouped(const torch::Tensor& q, const torch::Tensor& k, const to
   p.head_chunks = attn::ceil_div(group, tile);
   p.head_dim = static_cast<int>(q.size(3));
   p.mask = mask;
-  p.score_scale = LOG2_E / std::sqrt(static_cast<float>(p.head_dim));
+  p.score_scale = static_cast<Score<T>>(LOG2_E / std::sqrt(static_cast<double>(p.head_dim)));
   p.num_splits = num_splits;
   p.keys_per_split = (k.size(2) + num_splits - 1) / num_splits;
 
   const int64_t states = q.size(0) * q.size(1) * static_cast<int64_t>(num_splits);
   torch::Tensor workspace;
   if (num_splits > 1) {
-    workspace = torch::empty({states * (p.head_dim + 2)}, q.options().dtype(torch::kFloat32));
-    p.partial_o = workspace.data_ptr<float>();
+    workspace = torch::empty({states * (p.head_dim + 2)}, q.options().dtype(score_dtype<T>()));
+    p.partial_o = workspace.data_ptr<Score<T>>();
     p.partial_m = p.partial_o + states * p.head_dim;
     p.partial_l = p.partial_m + states;
   }
@@ -1608,10 +1653,10 @@ torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::
                       q.sizes(), " like q."));
     check_last_dim_contiguous(*out, "out");
   }
-  // Scores are in base 2 (q pre-scaled by log2(e)/sqrt(D)): an additive mask value is
-  // multiplied by log2(e).
-  const attn::MaskParams mask_params = attn::make_mask_params(q, k, causal, window, stride, mask,
-                                                              key_lengths, left_padding, LOG2_E);
+  // Scores are in base 2 ((q . k) * log2(e)/sqrt(D)): an additive mask value is multiplied
+  // by log2(e).
+  const attn::MaskParams mask_params = attn::make_mask_params(
+      q, k, causal, window, stride, mask, key_lengths, left_padding, static_cast<float>(LOG2_E));
   c10::cuda::CUDAGuard guard(q.device());
   // 16-byte loads only: a view that does not allow them is copied once (rare).
   const bool wide = can_load_16_bytes(q, k, v);
