@@ -199,6 +199,28 @@ def test_skeleton_task3_fails_with_not_implemented(student):
     _assert_fails_cleanly(3, proc, data)
 
 
+def test_skeleton_backward_lesson_raises_not_implemented(student):
+    """task3/flash_backward.py (the ungraded backward lesson) imports in the skeleton, and its
+    forward and backward each raise NotImplementedError saying which function to write."""
+    out, _ = student
+    script = (
+        "import torch\n"
+        "from task3.flash_backward import flash_attention_forward_with_lse as fwd, "
+        "flash_attention_backward as bwd\n"
+        "q = torch.randn(1, 2, 5, 4)\n"
+        "for name, call in (('fwd', lambda: fwd(q, q, q)), "
+        "('bwd', lambda: bwd(q, q, q, q, q[..., 0], q))):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except NotImplementedError as err:\n"
+        "        print(name, err)\n")
+    proc = _python(["-c", script], out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for function in ("flash_attention_forward_with_lse", "flash_attention_backward"):
+        assert (f"Task 3: {function} is not implemented yet; see the HINT above it in "
+                "task3/flash_backward.py.") in proc.stdout, proc.stdout
+
+
 # --- the leak check and the markers, on fake repositories ------------------------------------
 
 SOLVED = f"""\"\"\"A fake task.\"\"\"
