@@ -79,24 +79,12 @@ def check_tile_sizes(**tiles) -> None:
 
 def check_qkv(q, k, v) -> None:
     """q [B, H, Sq, D], k and v [B, H, Sk, D]: same batch, heads, head_dim, dtype and device."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor [batch, heads, seq, head_dim], got "
-                            f"{type(t).__name__}.")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be [batch, heads, seq, head_dim] (4 dimensions), got "
-                             f"shape {tuple(t.shape)}.")
+    _check_qkv_tensors(q, k, v)
     if k.shape != v.shape:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have the same shape.")
     if (q.shape[0], q.shape[1], q.shape[3]) != (k.shape[0], k.shape[1], k.shape[3]):
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch, heads "
                          "and head_dim (dimensions 0, 1 and 3); only the sequence lengths may differ.")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
-    if not q.is_floating_point():
-        raise TypeError(f"q, k, v must be floating point, got {q.dtype}.")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}.")
 
 
 # --- the attention entries of tasks 4 and 5 (flash_attention, the decode, the HF entry) -----
@@ -124,32 +112,10 @@ def check_attention_arguments(q, k, v, causal=False, out=None, *, window=None, s
     since their entries can be called directly."""
     from common.limits import check_head_dim
 
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor [batch, heads, seq, head_dim], got "
-                            f"{type(t).__name__}.")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be [batch, heads, seq, head_dim] (4 dimensions), got "
-                             f"shape {tuple(t.shape)}.")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
+    check_grouped_qkv(q, k, v)
     if q.dtype not in ATTENTION_DTYPES:
         raise TypeError(f"q, k, v have dtype {q.dtype}, but the kernels take float32, float16 "
                         "or bfloat16; convert them with .to(...).")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}.")
-    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
-        raise ValueError(f"k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch "
-                         f"and head_dim, q being [batch, heads, seq_q, head_dim]; got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}.")
-    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
-        raise ValueError(f"q has {q.shape[1]} heads and k/v {k.shape[1]}: grouped-query attention "
-                         "needs the query heads to be a multiple of the key/value heads (query "
-                         "head h reads KV head h / (H_q / H_kv)).")
-    for name, t in (("q", q), ("k", k)):
-        if t.numel() == 0:
-            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); attention needs at least "
-                             "one token.")
     check_head_dim(q.shape[3])
     if kernel:
         for name, t in (("q", q), ("k", k), ("v", v)):
@@ -183,6 +149,41 @@ def check_attention_arguments(q, k, v, causal=False, out=None, *, window=None, s
     elif left_padding:
         raise ValueError("left_padding needs key_lengths (how many keys of each sequence are "
                          "real); pass key_lengths or left_padding=False.")
+
+
+def _check_qkv_tensors(q, k, v) -> None:
+    """Three [batch, heads, seq, head_dim] tensors of one floating dtype on one device."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [batch, heads, seq, head_dim], got "
+                            f"{type(t).__name__}.")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [batch, heads, seq, head_dim] (4 dimensions), got "
+                             f"shape {tuple(t.shape)}.")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
+    if not q.is_floating_point():
+        raise TypeError(f"q, k, v must be floating point, got {q.dtype}.")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}.")
+
+
+def check_grouped_qkv(q, k, v) -> None:
+    """q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D] with H_q a multiple of H_kv (grouped-query
+    attention; H_kv = H_q is plain attention): one floating dtype, one device, none empty."""
+    _check_qkv_tensors(q, k, v)
+    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
+        raise ValueError(f"k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch "
+                         f"and head_dim, q being [batch, heads, seq_q, head_dim]; got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}.")
+    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
+        raise ValueError(f"q has {q.shape[1]} heads and k/v {k.shape[1]}: grouped-query attention "
+                         "needs the query heads to be a multiple of the key/value heads (query "
+                         "head h reads KV head h // (H_q // H_kv)).")
+    for name, t in (("q", q), ("k", k)):
+        if t.numel() == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); attention needs at least "
+                             "one query and one key.")
 
 
 def _check_out(out, q, kernel: bool) -> None:

@@ -79,7 +79,7 @@ import numbers
 import torch
 from torch.autograd.function import once_differentiable
 
-from common.inputs import check_tile_sizes
+from common.inputs import check_grouped_qkv, check_tile_sizes
 
 
 # --- argument checks (at the boundary, one sentence per mistake) ------------------------------
@@ -97,31 +97,7 @@ def _check_number(name: str, value) -> None:
 def check_arguments(q, k, v, causal, rows_per_q_tile, rows_per_kv_tile, scale, softcap) -> float:
     """q [B, H_q, S_q, d], k and v [B, H_kv, S_k, d] with H_q % H_kv == 0, one floating dtype
     and device; returns the scale (1/sqrt(d) when None). TypeError/ValueError with a sentence."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor [batch, heads, seq, head_dim], got "
-                            f"{type(t).__name__}.")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be [batch, heads, seq, head_dim] (4 dimensions), got "
-                             f"shape {tuple(t.shape)}.")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}.")
-    if not q.is_floating_point():
-        raise TypeError(f"q, k, v must be floating point, got {q.dtype}.")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}.")
-    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
-        raise ValueError(f"k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch "
-                         f"and head_dim, q being [batch, heads, seq_q, head_dim]; got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}.")
-    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
-        raise ValueError(f"q has {q.shape[1]} heads and k/v {k.shape[1]}: grouped-query attention "
-                         "needs the query heads to be a multiple of the key/value heads (query "
-                         "head h reads KV head h // (H_q // H_kv)).")
-    for name, t in (("q", q), ("k", k)):
-        if t.numel() == 0:
-            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); attention needs at least "
-                             "one query and one key.")
+    check_grouped_qkv(q, k, v)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, not {type(causal).__name__} {causal!r}.")
     check_tile_sizes(rows_per_q_tile=rows_per_q_tile, rows_per_kv_tile=rows_per_kv_tile)

@@ -22,6 +22,9 @@ Groups:
   variants-small, variants, variants-inputs, strided, variants-bench
              attention variants (GQA, S_q != S_k, sliding window, stride, mask tensor, key
              lengths): task4/variants_checks.py says what each checks
+  fp32-accuracy  every fp32 path (course kernel and entries, task 5's decode kernels) at inputs
+             x6 and x10 against FlashAttention-2's criterion (task4/fp32_accuracy_checks.py;
+             decode must pass, the prefill's verdicts are targets: see task4/NOTES.md)
 
 Every kernel output is NaN-poisoned before the kernel runs (an element it forgets to write
 shows up), each kernel runs twice on the same input and must match bit for bit (a
@@ -64,6 +67,7 @@ from task4.attention import CustomFlashAttention, flash_attention
 from task4.compile import load
 from task4.manifest import SPEEDUP_METRICS, fp32_prefix
 from task4.argument_checks import GROUPS as ARGUMENT_GROUPS
+from task4.fp32_accuracy_checks import GROUPS as FP32_ACCURACY_GROUPS
 from task4.variants_checks import GROUPS as VARIANT_GROUPS
 
 # --- the course protocol ------------------------------------------------------------------
@@ -465,7 +469,7 @@ def mma_bench_group(args=None):
 # come last, correctness before their benchmarks.
 GROUPS = {"small": small_group, "inputs": inputs_group, **ARGUMENT_GROUPS, "shapes": shapes_group,
           "course": course_group, "kernel": kernel_group, "mma": mma_group,
-          "mma-bench": mma_bench_group, **VARIANT_GROUPS}
+          "mma-bench": mma_bench_group, **VARIANT_GROUPS, **FP32_ACCURACY_GROUPS}
 
 
 def _extra_args(parser: argparse.ArgumentParser) -> None:

@@ -45,7 +45,7 @@ def test_a_missed_target_is_counted_but_fails_no_step(tmp_path):
     assert run_all.missed_targets(report) == 2
     assert run_all.missed_targets(tmp_path / "absent.json") == 0
     lines = run_all.summary_lines([("task4.test", 0, 12.0, 2), ("task5.test", 1, 3.0, 0)], [], 15.0)
-    assert lines[0].startswith("  ok    task4.test") and "2 performance targets missed" in lines[0]
+    assert lines[0].startswith("  ok    task4.test") and "2 targets missed" in lines[0]
     assert lines[1].startswith("  FAIL  task5.test")
     assert lines[-1] == "  1/2 steps ok in 15.0 s; 1 failed"
 
@@ -55,7 +55,7 @@ def test_report_exits_0_on_a_missed_target_and_1_on_a_failed_check(capsys):
 
     assert report("t", [Check("right", True), Check("fast", False, target=True)]) == 0
     out = capsys.readouterr().out
-    assert "MISS  fast" in out and "1 performance target missed" in out
+    assert "MISS  fast" in out and "1 target missed" in out
     assert report("t", [Check("wrong", False), Check("fast", False, target=True)]) == 1
     assert report("t", []) == 1
 

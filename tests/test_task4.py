@@ -129,7 +129,8 @@ def test_groups_and_course_metric_names():
     assert list(task4_test.GROUPS) == ["small", "inputs", "arguments", "shapes", "course",
                                        "kernel", "mma",
                                        "mma-bench", "variants-small", "variants",
-                                       "variants-inputs", "strided", "variants-bench"]
+                                       "variants-inputs", "strided", "variants-bench",
+                                       "fp32-accuracy"]
     names = {f"task4.speedup.{c.mask}.{c.label}" for c in task4_test.COURSE_CASES}
     assert names == set(task4_test.SPEEDUP_METRICS) == {
         "task4.speedup.noncausal.b4_s128", "task4.speedup.noncausal.b64_s4096",

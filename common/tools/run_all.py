@@ -115,7 +115,7 @@ def summary_lines(summary: list[tuple[str, int, float, int]],
                   skipped: list[tuple[str, str]], total_seconds: float) -> list[str]:
     lines = []
     for name, code, seconds, missed in summary:
-        note = f"   {missed} performance target{'s' if missed != 1 else ''} missed (MISS)" \
+        note = f"   {missed} target{'s' if missed != 1 else ''} missed (MISS)" \
             if missed else ""
         lines.append(f"  {'ok  ' if code == 0 else 'FAIL'}  {name:<28} {seconds:7.1f} s{note}")
     for name, why in skipped:
