@@ -133,7 +133,19 @@ def _section_all(v: View) -> str:
     return _table(["metric", "value"], rows)
 
 
-TOOL_SECTIONS = ((_section_sanitizer, ("sanitizer.",)), (_section_grading, ("grade.",)))
+def _section_main_job(v: View) -> str:
+    head = "### The main job (`python -m common.tools.run_all`, from an empty `build/`)\n\n"
+    if "run_all.seconds" not in v.metrics:
+        return head + BLANK
+    summary = v.texts.get("run_all.summary", "").strip("\n").rstrip()  # keep the indentation
+    return (head + f"{v.num('run_all.seconds', '{:.0f}')} s in all, "
+            f"{v.num('run_all.failed_steps', '{:.0f}')} failed steps, "
+            f"{v.num('run_all.targets_missed', '{:.0f}')} targets missed (MISS lines: recorded, "
+            "not failures).\n" + (f"\n```text\n{summary}\n```\n" if summary else ""))
+
+
+TOOL_SECTIONS = ((_section_main_job, ("run_all.",)), (_section_sanitizer, ("sanitizer.",)),
+                 (_section_grading, ("grade.",)))
 
 
 def render_markdown(data: dict | None, key: str) -> str:
