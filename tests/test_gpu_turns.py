@@ -1,0 +1,47 @@
+"""tests/conftest.py's turns at the GPU, which keep timed tests alone on it when the suite runs
+on several pytest-xdist workers: untimed tests share it, a timed test waits for them and then
+has it alone, and tests that arrive while a timed test waits queue behind it (no starvation).
+flock locks two open files of one process against each other, so threads stand in for workers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import conftest
+
+
+def _hold(exclusive: bool, events: list, name: str, seconds: float) -> threading.Thread:
+    def run():
+        with conftest._gpu_turn(exclusive):
+            events.append(("start", name, time.perf_counter()))
+            time.sleep(seconds)
+            events.append(("end", name, time.perf_counter()))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _interval(events, name):
+    start = next(t for kind, n, t in events if kind == "start" and n == name)
+    end = next(t for kind, n, t in events if kind == "end" and n == name)
+    return start, end
+
+
+def test_untimed_tests_share_and_a_timed_test_waits_then_is_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(conftest, "GPU_LOCKS", tmp_path)
+    events: list = []
+    readers = [_hold(False, events, f"untimed{i}", 0.4) for i in range(2)]
+    time.sleep(0.1)
+    timed = _hold(True, events, "timed", 0.3)
+    time.sleep(0.1)
+    late = _hold(False, events, "late", 0.1)      # arrives while the timed test waits
+    for t in (*readers, timed, late):
+        t.join(timeout=10)
+    r0, r1 = _interval(events, "untimed0"), _interval(events, "untimed1")
+    t_start, t_end = _interval(events, "timed")
+    late_start, _ = _interval(events, "late")
+    assert r1[0] < r0[1] and r0[0] < r1[1], "the untimed tests ran side by side"
+    assert t_start >= max(r0[1], r1[1]) - 1e-3, "the timed test waited for the running ones"
+    assert late_start >= t_end - 1e-3, "a test that came while it waited ran after it"
