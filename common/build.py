@@ -185,12 +185,14 @@ def wrong_argument_types(fn, err: TypeError) -> str:
             "sizes as Python ints.")
 
 
-def compile_main(task: str, load, argv=None) -> int:
-    """The body of every `python -m taskN.compile`: build, say where, exit 0/1."""
+def compile_main(task: str, load, argv=None, command: str | None = None) -> int:
+    """The body of every `python -m taskN.compile` (or of another build command, `command`,
+    such as task4.hopper): build, say where, exit 0/1."""
     import argparse
     import time
 
-    parser = argparse.ArgumentParser(prog=f"python -m {task}.compile",
+    command = command or f"{task}.compile"
+    parser = argparse.ArgumentParser(prog=f"python -m {command}",
                                      description=f"JIT-build the {task} CUDA extension.")
     parser.add_argument("--verbose", action="store_true", help="print every compiler command")
     args = parser.parse_args(argv)
@@ -198,8 +200,8 @@ def compile_main(task: str, load, argv=None) -> int:
     try:
         module = load(verbose=args.verbose)
     except BuildError as err:
-        print(f"[{task}.compile] {err}")
+        print(f"[{command}] {err}")
         return 1
-    print(f"[{task}.compile] built {module.__name__} for sm_{target_arch().replace('.', '')} "
+    print(f"[{command}] built {module.__name__} for sm_{target_arch().replace('.', '')} "
           f"in {time.perf_counter() - start:.1f} s ({module.__file__})")
     return 0

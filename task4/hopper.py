@@ -133,4 +133,4 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
 
 
 if __name__ == "__main__":
-    sys.exit(compile_main("task4", load))
+    sys.exit(compile_main("task4", load, command="task4.hopper"))
