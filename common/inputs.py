@@ -14,11 +14,22 @@ import weakref
 import torch
 
 
+def is_int(value) -> bool:
+    """A Python int, and not a bool (which Python counts as an int)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_flag(value, name: str) -> None:
+    """`value` is True or False (a flag such as causal), else a TypeError naming it."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}.")
+
+
 def check_heads(hidden_dim, num_heads) -> int:
     """hidden_dim and num_heads are positive integers and num_heads divides hidden_dim;
     returns head_dim."""
     for name, value in (("hidden_dim", hidden_dim), ("num_heads", num_heads)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}.")
         if value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value}.")
@@ -70,7 +81,7 @@ def check_module_input(x, hidden_dim: int, weight: torch.Tensor) -> None:
 def check_tile_sizes(**tiles) -> None:
     """Each tile size (rows per tile) is a positive integer."""
     for name, value in tiles.items():
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise TypeError(f"{name} must be an int (rows per tile), got {type(value).__name__} "
                             f"{value!r}.")
         if value <= 0:
@@ -90,10 +101,6 @@ def check_qkv(q, k, v) -> None:
 # --- the attention entries of tasks 4 and 5 (flash_attention, the decode, the HF entry) -----
 
 ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_attention_arguments(q, k, v, causal=False, out=None, *, window=None, stride=1,
@@ -122,19 +129,16 @@ def check_attention_arguments(q, k, v, causal=False, out=None, *, window=None, s
             if t.stride(3) != 1:
                 raise ValueError(f"{name}'s last dimension (head_dim) must be contiguous (stride 1) "
                                  f"but its strides are {t.stride()}; call .contiguous() first.")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, not {type(causal).__name__} {causal!r}.")
-    if not isinstance(left_padding, bool):
-        raise TypeError(f"left_padding must be True or False, not {type(left_padding).__name__} "
-                        f"{left_padding!r}.")
+    check_flag(causal, "causal")
+    check_flag(left_padding, "left_padding")
     if window is not None:
-        if not _is_int(window):
+        if not is_int(window):
             raise TypeError(f"window must be an int (or None for no window), not "
                             f"{type(window).__name__} {window!r}.")
         if window < 1:
             raise ValueError(f"window must be at least 1 (a query sees itself) but is {window}; "
                              "pass None for no window.")
-    if not _is_int(stride):
+    if not is_int(stride):
         raise TypeError(f"stride must be an int (1 = every key), not {type(stride).__name__} "
                         f"{stride!r}.")
     if stride < 1:
@@ -186,6 +190,12 @@ def check_grouped_qkv(q, k, v) -> None:
                              "one query and one key.")
 
 
+def _check_on_q_device(t: torch.Tensor, name: str, q: torch.Tensor) -> None:
+    if t.device != q.device:
+        raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on the same "
+                         "device.")
+
+
 def _check_out(out, q, kernel: bool) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor shaped like q or None, not {type(out).__name__}.")
@@ -193,8 +203,7 @@ def _check_out(out, q, kernel: bool) -> None:
         raise ValueError(f"out must have the shape of q {tuple(q.shape)} but has {tuple(out.shape)}.")
     if out.dtype != q.dtype:
         raise TypeError(f"out has dtype {out.dtype} but q has {q.dtype}; use one dtype.")
-    if out.device != q.device:
-        raise ValueError(f"out is on {out.device} but q is on {q.device}; put them on the same device.")
+    _check_on_q_device(out, "out", q)
     if kernel and out.stride(3) != 1:
         raise ValueError(f"out's last dimension must be contiguous (stride 1) but its strides are "
                          f"{out.stride()}.")
@@ -206,9 +215,7 @@ def _check_mask(mask, q, k) -> None:
         raise TypeError(f"mask must be a tensor broadcastable to [batch, heads, seq_q, seq_k] = "
                         f"{list(full)} (bool: True = keep, or an additive float) or None, not "
                         f"{type(mask).__name__}.")
-    if mask.device != q.device:
-        raise ValueError(f"mask is on {mask.device} but q is on {q.device}; put them on the same "
-                         "device.")
+    _check_on_q_device(mask, "mask", q)
     if mask.dtype not in (torch.bool, torch.float32, q.dtype):
         raise TypeError(f"mask has dtype {mask.dtype} but must be bool (True = keep) or an "
                         f"additive float mask of dtype float32 or {q.dtype} (q's dtype).")
@@ -229,9 +236,7 @@ def _check_key_lengths_tensor(key_lengths, q) -> None:
     if key_lengths.dtype != torch.int32:
         raise TypeError(f"key_lengths must be an int32 tensor but has dtype {key_lengths.dtype}; "
                         "create it with dtype=torch.int32.")
-    if key_lengths.device != q.device:
-        raise ValueError(f"key_lengths is on {key_lengths.device} but q is on {q.device}; put "
-                         "them on the same device.")
+    _check_on_q_device(key_lengths, "key_lengths", q)
     one = key_lengths.dim() == 0 or tuple(key_lengths.shape) == (1,)
     if not one and tuple(key_lengths.shape) != (q.shape[0],):
         raise ValueError(f"key_lengths must have shape [{q.shape[0]}] (one length per sequence) "

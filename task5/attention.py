@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from common.build import call_extension
-from common.inputs import check_attention_arguments
+from common.inputs import check_attention_arguments, check_flag, is_int
 from common.limits import DECODE_LINEAR_MAX_ROWS, check_head_dim
 
 # Split-KV heuristic (choose_num_splits). A decode block is 4 warps and 5-6 of them fit on an
@@ -105,14 +105,9 @@ def _int_or_tensor(value, name: str) -> tuple[int, torch.Tensor | None]:
 
 
 def _check_num_splits(num_splits) -> None:
-    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)):
+    if num_splits is not None and not is_int(num_splits):
         raise TypeError(f"num_splits must be an int (blocks per head; 1 = no split) or None to "
                         f"choose it, not {type(num_splits).__name__} {num_splits!r}.")
-
-
-def _check_flag(value, name: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}.")
 
 
 def allocate_kv_cache(batch: int, max_seq_len: int, hidden: int, dtype=torch.float32,
@@ -151,7 +146,7 @@ def decode_attention_bhsd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq
     num_splits: None picks it with choose_num_splits (from S_max when seq_len is a tensor, so
     that a captured CUDA graph does not depend on the value); 1 is the unsplit course kernel.
     """
-    _check_flag(causal, "causal")
+    check_flag(causal, "causal")
     _check_num_splits(num_splits)
     ext = _ext()
     value, tensor = _int_or_tensor(seq_len, "seq_len")
@@ -172,9 +167,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     The same kernel as decode_attention_bhsd, on the per-head views of q and the caches (made
     without copies). seq_len and num_splits as there.
     """
-    _check_flag(causal, "causal")
+    check_flag(causal, "causal")
     _check_num_splits(num_splits)
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
+    if not is_int(num_heads):
         raise TypeError(f"num_heads must be an int, not {type(num_heads).__name__} {num_heads!r}.")
     ext = _ext()
     value, tensor = _int_or_tensor(seq_len, "seq_len")
@@ -221,9 +216,8 @@ def _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths, l
         if splits:
             return _decode_on_tensor_cores(q, k, v, splits, out)
     ext = _ext()
-    if num_splits is None:
-        groups = q.shape[0] * k.shape[1] if q.dim() == 4 and k.dim() == 4 else 0
-        num_splits = _auto_num_splits(q, groups, k.shape[2] if k.dim() == 4 else 0)
+    if num_splits is None:   # q and k are [B, H, S, D] here (checked by the caller)
+        num_splits = _auto_num_splits(q, q.shape[0] * k.shape[1], k.shape[2])
     return call_extension(ext.decode_attention_grouped, q, k, v, causal, window, stride, mask,
                           key_lengths, left_padding, num_splits, out)
 
@@ -317,7 +311,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                                       left_padding, out, None)
     from task4.attention import flash_attention_unchecked
 
-    return flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths, left_padding)
+    return flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
+                                     left_padding)
 
 
 def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
