@@ -116,7 +116,13 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   if (out.has_value()) {
     o = *out;
     attn::check_cuda_tensor(o, "out");
-    attn::check_same(q, "q", o, "out");
+    // float32 out is for a split decode's partials, merged by their lse afterwards.
+    if (o.scalar_type() == torch::kFloat32 && lse.has_value()) {
+      TORCH_CHECK_VALUE(o.device() == q.device(), attn::str("out must be on q's device ", q.device(),
+                        " but is on ", o.device(), "."));
+    } else {
+      attn::check_same(q, "q", o, "out");
+    }
     TORCH_CHECK_VALUE(o.sizes() == q.sizes(), attn::str("out must have the shape of q ", q.sizes(),
                       " but has ", o.sizes(), "."));
     check_row_layout(o, "out");
@@ -133,6 +139,7 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   p.mask = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths, left_padding,
                                   static_cast<float>(std::sqrt(static_cast<double>(head_dim))));
   mma_attn::set_lse(p, lse, q);
+  if (o.scalar_type() == torch::kFloat32) p.out_float = o.data_ptr<float>();
 
   // BEGIN SOLUTION
   // HINT: Optional extension (beyond the graded course): fill in the kernel in

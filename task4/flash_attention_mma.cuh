@@ -59,6 +59,10 @@ struct Params {
   float scale_log2;     // log2(e) / sqrt(D): exp(x / sqrt(D)) == exp2(x * scale_log2)
   attn::MaskParams mask;  // which keys each query sees (causal, window, lengths, ...)
   float* lse;             // optional [B * H_q, seq_q] float32: base-2 log-sum-exp per row
+  // Optional: write O / l as float32 here (strides o_*) instead of `out` in q's dtype. A
+  // split-KV decode merges its partial outputs by their lse; partials rounded to 16 bits
+  // first would be rounded twice (once here, once after the merge).
+  float* out_float;
 };
 
 // The host side both entries share (this kernel's and the Hopper kernel's): q, k, v and out
@@ -91,6 +95,7 @@ inline void set_problem(Params& p, const torch::Tensor& q, const torch::Tensor& 
   p.head_dim = static_cast<int>(q.size(3));
   p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(q.size(3))));
   p.lse = nullptr;
+  p.out_float = nullptr;
 }
 
 // The optional lse output, [B, H_q, S_q] float32, contiguous: each row's base-2 log-sum-exp.
@@ -625,6 +630,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   // BEGIN SOLUTION kernel
   // HINT: Optional extension: load this CTA's Q tile (cp.async), walk the key/value tiles with
   // HINT: process_key_tile while the next tile loads, then write O / l for the rows < seq.
+  // HINT: (in float32 to p.out_float instead when it is set: a split decode's partials), and
+  // HINT: each row's base-2 log-sum-exp to p.lse when it is set.
   using Smem = SmemLayout<Cfg::kHeadDim>;
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Cfg::kBlockM;
@@ -755,6 +762,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
       if (p.lse != nullptr && t == 0 && cta.m_start + row < seq_q)
         p.lse[(static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * seq_q + cta.m_start + row] =
             l > 0.f ? fmaf(row_max[h], p.scale_log2, __log2f(l)) : -INFINITY;
+      if (p.out_float != nullptr) {  // float32 partials: straight from the registers
+        if (cta.m_start + row < seq_q) {
+          float* o_row = p.out_float + batch * p.o_batch_stride + head * p.o_head_stride +
+                         static_cast<int64_t>(cta.m_start + row) * p.o_row_stride;
+#pragma unroll
+          for (int j = 0; j < kDTiles; ++j)
+            if (8 * j + 2 * t < p.head_dim)
+              *reinterpret_cast<float2*>(o_row + 8 * j + 2 * t) =
+                  make_float2(st.o[mt][j][2 * h] * inv_l, st.o[mt][j][2 * h + 1] * inv_l);
+        }
+        continue;
+      }
 #pragma unroll
       for (int j = 0; j < kDTiles; ++j) {
         const uint32_t packed =
@@ -764,6 +783,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
       }
     }
   }
+  if (p.out_float != nullptr) return;
   __syncwarp();
   // 16-byte coalesced stores of this warp's rows; rows >= seq and columns >= head_dim are
   // never written.

@@ -275,7 +275,8 @@ def _decode_on_tensor_cores(q, k, v, splits: int, out):
     # Each range's rows are the group's queries: [B, H_kv * splits, G, D] (a copy of q, small).
     rows = q.reshape(batch, heads_kv, 1, group, head_dim).expand(
         batch, heads_kv, splits, group, head_dim).reshape(batch, heads_kv * splits, group, head_dim)
-    partial = torch.empty_like(rows)
+    # float32 partials: rounded to q's dtype only once, after the merge.
+    partial = torch.empty(rows.shape, dtype=torch.float32, device=q.device)
     lse = torch.empty(batch, heads_kv * splits, group, dtype=torch.float32, device=q.device)
     load_task4().flash_attention_mma(rows, ranges(k), ranges(v), False, partial, None, 1, None,
                                      None, False, lse)

@@ -1262,17 +1262,17 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_grouped_kernel(const Gro
 // rows, one key range per "head" of a strided view): merge its per-range results. partial
 // [B, H_kv, splits, G, D] holds each range's normalised output, lse [B, H_kv, splits, G]
 // its base-2 log-sum-exp; out[b, h] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
-template <typename T>
+template <typename T, typename Partial = T>
 struct MergeParams {
-  const T* partial;
+  const Partial* partial;  // q's dtype, or float32 (no rounding before the merge)
   const float* lse;
   T* out;
   int64_t out_stride_b, out_stride_h;
   int heads_q, group, num_splits, head_dim;
 };
 
-template <typename T>
-__global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeParams<T> p) {
+template <typename T, typename Partial>
+__global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeParams<T, Partial> p) {
   // BEGIN SOLUTION kernel
   // HINT: Optional extension: the merge of a split-KV decode from each split's LSE.
   __shared__ float weight[MAX_SPLITS];
@@ -1674,14 +1674,17 @@ torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::
 }
 
 // Merge the key ranges of a split decode (see merge_splits_kernel): partial [B, H_kv, splits,
-// G, D] (contiguous, q's dtype), lse [B, H_kv, splits, G] float32 (contiguous), into out
+// G, D] (contiguous, out's dtype or float32), lse [B, H_kv, splits, G] float32 (contiguous), into out
 // [B, H_kv * G, 1, D] (any strides with a contiguous last dimension).
 void merge_attention_splits(torch::Tensor partial, torch::Tensor lse, torch::Tensor out) {
   attn::check_cuda_tensor(partial, "partial");
   attn::check_cuda_tensor(lse, "lse");
   attn::check_cuda_tensor(out, "out");
   check_float_dtype(partial, "partial");
-  attn::check_same(partial, "partial", out, "out");
+  // float32 partials (the tensor-core decode's) merge into any dtype; else one dtype.
+  if (partial.scalar_type() != torch::kFloat32) attn::check_same(partial, "partial", out, "out");
+  TORCH_CHECK_VALUE(partial.device() == out.device(), attn::str("partial is on ", partial.device(),
+                    " but out is on ", out.device(), "; put them on the same GPU."));
   TORCH_CHECK_TYPE(lse.scalar_type() == torch::kFloat32, attn::str("lse must be float32 but has dtype ",
                    lse.scalar_type(), "."));
   attn::check_dim(partial, "partial", 5, "[batch, kv_heads, splits, group, head_dim]");
@@ -1701,13 +1704,21 @@ void merge_attention_splits(torch::Tensor partial, torch::Tensor lse, torch::Ten
   c10::cuda::CUDAGuard guard(out.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const unsigned blocks = static_cast<unsigned>(batch * heads_kv * group);
-  auto launch = [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    MergeParams<T> p{reinterpret_cast<const T*>(partial.data_ptr()), lse.data_ptr<float>(),
-                     reinterpret_cast<T*>(out.data_ptr()), out.stride(0), out.stride(1),
-                     static_cast<int>(heads_kv * group), static_cast<int>(group),
-                     static_cast<int>(splits), static_cast<int>(head_dim)};
-    merge_splits_kernel<T><<<blocks, MAX_HEAD_DIM, 0, stream>>>(p);
+  const bool float_partials = partial.scalar_type() == torch::kFloat32;
+  auto launch_with = [&](auto* out_tag, auto* partial_tag) {
+    using T = std::remove_pointer_t<decltype(out_tag)>;
+    using Partial = std::remove_pointer_t<decltype(partial_tag)>;
+    MergeParams<T, Partial> p{reinterpret_cast<const Partial*>(partial.data_ptr()),
+                              lse.data_ptr<float>(), reinterpret_cast<T*>(out.data_ptr()),
+                              out.stride(0), out.stride(1), static_cast<int>(heads_kv * group),
+                              static_cast<int>(group), static_cast<int>(splits),
+                              static_cast<int>(head_dim)};
+    merge_splits_kernel<T, Partial><<<blocks, MAX_HEAD_DIM, 0, stream>>>(p);
+  };
+  auto launch = [&](auto* out_tag) {
+    using T = std::remove_pointer_t<decltype(out_tag)>;
+    if (float_partials) launch_with(out_tag, static_cast<float*>(nullptr));
+    else launch_with(out_tag, static_cast<T*>(nullptr));
   };
   switch (out.scalar_type()) {
     case torch::kFloat32: launch(static_cast<float*>(nullptr)); break;
