@@ -1,9 +1,9 @@
 // Python bindings of the task 5 extension `custom_flash_attention_decode`.
 //
-// The kernels live in decode.cu; this file only exposes them. It is the one file that
-// includes <torch/extension.h> (pybind11), which is slow to compile, so the kernel file stays
-// quick to rebuild. task5/attention.py wraps these entries (it turns a Python int or a CUDA
-// tensor into the (value, tensor) pairs below and picks num_splits).
+// The kernels live in the .cu files named below; this file only exposes them. It is the one
+// file that includes <torch/extension.h> (pybind11), which is slow to compile, so the kernel
+// files stay quick to rebuild. task5/attention.py wraps these entries (it turns a Python int or
+// a CUDA tensor into the (value, tensor) pairs below and picks num_splits).
 #include <torch/extension.h>
 
 // k_cache, v_cache [B, max_seq_len, hidden]; k, v [B, n_new, hidden]: written at positions
@@ -16,7 +16,8 @@ void update_kv_cache(torch::Tensor k_cache, torch::Tensor v_cache, torch::Tensor
 torch::Tensor decode_attention_bhsd(torch::Tensor q, torch::Tensor k, torch::Tensor v, int64_t seq_len,
                                     std::optional<torch::Tensor> seq_len_tensor, bool causal,
                                     int64_t num_splits, std::optional<torch::Tensor> out);
-// q [B, 1, hidden]; k_cache, v_cache [B, max_seq_len, hidden]: the course's layout.
+// q [B, 1, hidden]; k_cache, v_cache [B, max_seq_len, hidden]: the course's layout. These three
+// are the course's (decode.cu).
 torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                int64_t num_heads, int64_t seq_len,
                                std::optional<torch::Tensor> seq_len_tensor, bool causal,
@@ -42,7 +43,8 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
                           int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor);
 
 // Beyond the course: q [B, H_q, 1, D] against k/v [B, H_kv, S, D] with every attention variant
-// (common/variants.py); the query heads of a KV head share one pass over its keys.
+// (common/variants.py); the query heads of a KV head share one pass over its keys
+// (decode_grouped.cu).
 torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                                        bool causal, std::optional<int64_t> window, int64_t stride,
                                        std::optional<torch::Tensor> mask,
@@ -50,7 +52,8 @@ torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::
                                        bool left_padding, int64_t num_splits,
                                        std::optional<torch::Tensor> out);
 
-// Merge a split decode's per-range results by their log-sum-exp (the tensor-core GQA path).
+// Merge a split decode's per-range results by their log-sum-exp (the tensor-core GQA path;
+// decode.cu).
 void merge_attention_splits(torch::Tensor partial, torch::Tensor lse, torch::Tensor out);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

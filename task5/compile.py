@@ -11,8 +11,8 @@ from functools import lru_cache
 from common.build import compile_main, load_extension
 
 NAME = "custom_flash_attention_decode"
-SOURCES = ["task5/binding.cpp", "task5/decode.cu", "task5/decode_linear.cu", "task5/norm.cu",
-           "task5/rope_append.cu"]
+SOURCES = ["task5/binding.cpp", "task5/decode.cu", "task5/decode_grouped.cu",
+           "task5/decode_linear.cu", "task5/norm.cu", "task5/rope_append.cu"]
 
 
 @lru_cache(maxsize=1)

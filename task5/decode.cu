@@ -1,4 +1,4 @@
-// Task 5: the KV cache and the decode kernels (one new query against the whole cache).
+// Task 5: the KV cache and the course's decode kernel (one new query against the whole cache).
 //
 // The idea. Generating a token attends ONE new query row to every cached key and value of
 // its sequence. Per (batch, head) that is a dot product with each key, a softmax over them
@@ -19,6 +19,12 @@
 // most of the GPU idle, so the keys of each head are cut into `num_splits` ranges, each a
 // block; attention.py picks the count from the SM count, B*H and the context.
 //
+// The merges of split results live here, one for each form of partial result, and every
+// decode path uses one of them rather than a merge of its own: combine_splits (the
+// unnormalised partial states (o, m, l) above, merge_split_states; decode_grouped.cu's too)
+// and, beyond the course, merge_attention_splits (section 3: normalised partial outputs and
+// their log-sum-exp, what the tensor-core grouped decode, task 4's kernel, writes).
+//
 // Tile shape and why. A block is 4 warps. One key row of head_dim elements is read by a group
 // of LANES_PER_KEY lanes, 16 bytes (8 fp16/bf16 or 4 fp32) each, so a row is one coalesced
 // read (D=128 fp16: 256 bytes = 16 lanes x 16 B, 2 keys per warp step). Each warp issues
@@ -27,8 +33,10 @@
 // products are reduced with shuffles inside each lane group; every group keeps its own
 // running max m, sum l and unnormalised output (spread over its lanes, in registers);
 // the groups of a warp merge through shuffles, the warps of a block through shared memory.
-// Scores are kept in base 2, (q . k) * log2(e)/sqrt(D), so exponentials are exp2f; for fp32
-// the scores, the softmax state and the unnormalised output are doubles (Score<T>: why).
+// A merge of splits is one block of MAX_HEAD_DIM threads per output row, a thread per element
+// d, the splits' weights in shared memory (at most MAX_SPLITS splits). Scores are kept in
+// base 2, (q . k) * log2(e)/sqrt(D), so exponentials are exp2f; for fp32 the scores, the
+// softmax state and the unnormalised output are doubles (Score<T>, decode_common.cuh: why).
 // Strided views are read in place: the [B, max_seq, hidden] cache is [B, H, S, D] with
 // strides (max_seq*hidden, D, hidden, 1); no slice is copied per step.
 //
@@ -40,10 +48,13 @@
 // L2 for the first keys of its split meanwhile (prefetch_first_keys, beyond the course). Timed
 // back to back as CUDA-graph replays, one call also starts during the previous call's merge.
 //
-// Beyond the course, section 3 below: grouped-query decode with every attention variant.
+// The other decode ideas have their own files (decode_common.cuh lists them and holds what
+// they share: the block shape, 16-byte packs, Score<T>): decode_grouped.cu, the grouped-query
+// decode with every attention variant; decode_paged.cu (not written yet), the paged KV cache.
 //
-// Measured speed (GB/s, the fraction of copy bandwidth, against SDPA): Results.md, rendered
-// from results/<gpu>.json.
+// Measured speed (GB/s, the fraction of copy bandwidth, against SDPA, as CUDA-graph replays
+// at short contexts): python -m task5.test --decode; Results.md ("Decode kernel", "Decode at
+// short contexts"), rendered from results/<gpu>.json.
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -62,95 +73,23 @@
 #include <type_traits>
 
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "decode_common.cuh"
 #include "device_values.cuh"
+
+// Given, from decode_common.cuh (the decode files share it): the block shape (WARP_SIZE,
+// WARPS_PER_BLOCK, THREADS_PER_BLOCK, MAX_HEAD_DIM, MAX_SPLITS; FULL_MASK for full-warp
+// shuffles; LOG2_E), 16-byte packs (Pack<T, VEC>, load_pack, zero_pack, unpack), Score<T> and
+// score_dtype, to_float and from_float, min64 and clamp64, DecodeTensors (the tensor fields of
+// DecodeParams), SplitStates, and the layout checks (pointer_aligned, can_load_16_bytes, ...).
+using namespace attn_decode;
 
 namespace {
 
-constexpr int MAX_HEAD_DIM = attn::kMaxHeadDim;  // registers and shared memory are sized for it (common/limits.py)
-constexpr int WARP_SIZE = 32;
-constexpr int WARPS_PER_BLOCK = 4;
-constexpr int THREADS_PER_BLOCK = WARPS_PER_BLOCK * WARP_SIZE;
 constexpr int KEY_STEPS_IN_FLIGHT = 4;  // warp steps of K/V loads issued before any is used
 // Caps registers at 65536 / (5 * 128) = 102 per thread so at least 5 blocks (20 warps, ~80 KB
 // of loads in flight) fit on an SM; ptxas reports no spills for any instantiation at sm_90.
 constexpr int MIN_BLOCKS_PER_SM = 5;
-constexpr int MAX_SPLITS = 1024;        // more splits than this only add combine work
 constexpr int COPY_THREADS = 256;
-constexpr unsigned FULL_MASK = 0xffffffffu;
-constexpr double LOG2_E = 1.4426950408889634;
-
-// ---- small helpers (given) ----------------------------------------------------------------
-
-// A position or length read at run time (RuntimeInt), and the fp32 conversions:
-// device_values.cuh, shared with the other task 5 kernels.
-using attn::from_float;
-using attn::RuntimeInt;
-using attn::runtime_int;
-using attn::to_float;
-
-// VEC consecutive elements of type T moved as one access, kept as the raw bits of an integer
-// vector (16 bytes: uint4) until they are converted to floats. Zeroing a whole raw vector (a
-// key past the end) is 2 instructions; zeroing 8 separate halves compiled to 16 byte permutes.
-template <int BYTES> struct RawBits;
-template <> struct RawBits<16> { using type = uint4; };
-template <> struct RawBits<8> { using type = uint2; };
-template <> struct RawBits<4> { using type = unsigned; };
-template <> struct RawBits<2> { using type = unsigned short; };
-template <typename T, int VEC>
-using Pack = typename RawBits<sizeof(T) * VEC>::type;
-
-template <typename T, int VEC>
-__device__ __forceinline__ Pack<T, VEC> load_pack(const T* ptr) {
-  return *reinterpret_cast<const Pack<T, VEC>*>(ptr);
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ Pack<T, VEC> zero_pack() {
-  return Pack<T, VEC>{};  // all bits 0: 0.0 in fp32, fp16 and bf16
-}
-
-// The VEC elements of a pack as floats; pairs of 16-bit values convert in one step.
-template <typename T, int VEC>
-__device__ __forceinline__ void unpack(const Pack<T, VEC>& p, float (&f)[VEC]) {
-  if constexpr (std::is_same_v<T, __half> && VEC % 2 == 0) {
-#pragma unroll
-    for (int i = 0; i < VEC / 2; ++i) {
-      const float2 t = __half22float2(reinterpret_cast<const __half2*>(&p)[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16> && VEC % 2 == 0) {
-#pragma unroll
-    for (int i = 0; i < VEC / 2; ++i) {
-      const float2 t = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&p)[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) f[e] = to_float(reinterpret_cast<const T*>(&p)[e]);
-  }
-}
-
-// The type of the scores, the softmax state (running max m and sum l) and the unnormalised
-// output: double for fp32, float for fp16/bf16. An fp32 score rounded to float is already as
-// wrong as PyTorch's own fp32 attention (half an ulp of q . k is up to 1e-5 in logit units at
-// large logits), so an fp32 decode in float could only match PyTorch's error, not beat it. In
-// double, q . k is exact far below that (a product of two floats is exact in a double), the
-// largest score minus the max is exactly 0 (its weight is exactly 1, as in PyTorch's
-// softmax), and the sums and merges add no rounding of their own: the output is rounded to
-// float once, at the end, so its error is that one rounding, which no float result beats.
-// Only the weights exp2(s - m) stay float (exp2f). Decode reads each K and V element from
-// memory once, so the double arithmetic costs no time; 16-bit inputs round far more than a
-// float sum does (task4/NOTES.md, "fp32 accuracy at large logits").
-template <typename T>
-using Score = std::conditional_t<std::is_same_v<T, float>, double, float>;
-
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
-  return x < lo ? lo : (x > hi ? hi : x);
-}
 
 // ---- 1. appending to the cache ----------------------------------------------------------
 
@@ -202,17 +141,11 @@ __global__ void __launch_bounds__(COPY_THREADS) update_cache_kernel(const CacheU
 
 // ---- 2. decoding: one query row against the cache ----------------------------------------
 
-// q/out [B, H, 1, D] and k/v [B, H, S_max, D], any strides (in elements), last dim contiguous.
+// q/out [B, H, 1, D] and k/v [B, H, S_max, D], any strides (in elements), last dim contiguous:
+// the pointers q, k, v, out and their strides q_stride_b, q_stride_h, k_stride_b, k_stride_h,
+// k_stride_s (v likewise), out_stride_b and out_stride_h are DecodeTensors' (decode_common.cuh).
 template <typename T>
-struct DecodeParams {
-  const T* q;
-  const T* k;
-  const T* v;
-  T* out;
-  int64_t q_stride_b, q_stride_h;
-  int64_t k_stride_b, k_stride_h, k_stride_s;
-  int64_t v_stride_b, v_stride_h, v_stride_s;
-  int64_t out_stride_b, out_stride_h;
+struct DecodeParams : DecodeTensors<T> {
   int heads, head_dim;
   int64_t max_seq_len;
   RuntimeInt seq_len;  // keys [0, seq_len) of sequence b are attended (clamped to max_seq_len)
@@ -600,9 +533,10 @@ __device__ __forceinline__ void merge_split_states(const Score<T>* m_split,
 }
 
 // The splits of (batch, head) bh, merged into its output row: what the combine kernel and the
-// split kernel's last block each do.
-template <typename T>
-__device__ __forceinline__ void merge_head_splits(const DecodeParams<T>& p, int64_t bh) {
+// split kernel's last block each do. States is DecodeParams, or SplitStates (decode_common.cuh)
+// for another decode path's partial states: the fields have the same names.
+template <typename T, template <typename> class States>
+__device__ __forceinline__ void merge_head_splits(const States<T>& p, int64_t bh) {
   const int64_t state = bh * p.num_splits;
   merge_split_states<T>(p.partial_m + state, p.partial_l + state, p.partial_o + state * p.head_dim,
                         p.num_splits, p.head_dim,
@@ -774,310 +708,70 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   if (p.num_splits > 1 && p.split_counters != nullptr) merge_in_last_block(p);
 }
 
-// grid (B*H), MAX_HEAD_DIM threads: block bh merges the splits of (batch, head) bh.
-template <typename T>
-__global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const DecodeParams<T> p) {
+// grid (B*H), MAX_HEAD_DIM threads: block bh merges the splits of (batch, head) bh. run_decode
+// launches it with its DecodeParams, combine_splits (below) with another path's SplitStates.
+template <typename T, template <typename> class States>
+__global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const States<T> p) {
   merge_head_splits(p, blockIdx.x);
 }
 
-// ---- 3. beyond the course: grouped-query decode with every attention variant -------------
-//
-// Grouped-query attention (Llama-3, Mistral, Qwen) gives H_q / H_kv query heads one KV head.
-// Decoding each query head on its own would read that head's cache H_q / H_kv times; here one
-// block reads it once for GROUP_TILE query heads: every K row is converted to float once and
-// dotted with GROUP_TILE queries, every V row accumulated into GROUP_TILE outputs.
-// Holding GROUP_TILE queries and outputs costs registers, which leaves few K/V loads in
-// flight if they go through registers as in decode_split_kernel; so the K/V rows stream
-// global -> shared memory with cp.async, STAGES tiles of TILE_KEYS keys deep (the copies
-// need no registers), and the warps compute on one tile while the next ones land.
-// The pattern (window, stride, mask tensor, per-sequence lengths, left padding) is the
-// predicate of attention_mask.cuh with the single query at position key_end - 1; the key
-// range of a window is clipped before the loop, so a windowed decode reads only the window.
+// ---- 3. beyond the course: merging normalised partial outputs by their log-sum-exp -------
 
-constexpr int GROUPED_TILE_KEYS = 32;  // keys per shared-memory tile (8 per warp)
-constexpr int GROUPED_STAGES = 4;      // tiles in flight or being computed
-constexpr float LAZY_RESCALE = 8.f;    // see the online softmax of decode_grouped_kernel
-// fp32 rescales at every new max instead (the largest score's weight is then exactly 1).
-template <typename T>
-constexpr float lazy_rescale() { return std::is_same_v<T, float> ? 0.f : LAZY_RESCALE; }
-
-template <typename T>
-struct GroupedDecodeParams {
-  const T* q;
-  const T* k;
-  const T* v;
+// Tensor-core grouped decode (task 4's kernel on the query heads of a KV head packed as
+// rows, one key range per "head" of a strided view): merge its per-range results. partial
+// [B, H_kv, splits, G, D] holds each range's normalised output, lse [B, H_kv, splits, G]
+// its base-2 log-sum-exp; out[b, h] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
+template <typename T, typename Partial = T>
+struct MergeParams {
+  const Partial* partial;  // q's dtype, or float32 (no rounding before the merge)
+  const float* lse;
   T* out;
-  int64_t q_stride_b, q_stride_h;
-  int64_t k_stride_b, k_stride_h, k_stride_s;
-  int64_t v_stride_b, v_stride_h, v_stride_s;
   int64_t out_stride_b, out_stride_h;
-  int heads_q, heads_kv, group, head_chunks, head_dim;
-  attn::MaskParams mask;  // seq_q = 1
-  Score<T> score_scale;   // log2(e) / sqrt(head_dim)
-  int num_splits;
-  int64_t keys_per_split;
-  Score<T>* partial_o;    // [B * H_q, num_splits, head_dim] (num_splits > 1)
-  Score<T>* partial_m;
-  Score<T>* partial_l;
+  int heads_q, group, num_splits, head_dim;
 };
 
-// Shared memory of one block: K and V tiles of every stage, rows of MAX_HEAD_DIM elements.
-template <typename T>
-constexpr int grouped_smem_bytes() {
-  return GROUPED_STAGES * 2 * GROUPED_TILE_KEYS * MAX_HEAD_DIM * static_cast<int>(sizeof(T));
-}
-
-__device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// Copy keys [key0, key0 + TILE_KEYS) of K and V (rows past key_end zero-filled) into one
-// stage: 16-byte chunks, consecutive threads on consecutive chunks of a row.
-template <typename T>
-__device__ __forceinline__ void load_kv_tile(T* k_tile, T* v_tile, const T* k_head, const T* v_head,
-                                             int64_t k_stride_s, int64_t v_stride_s, int64_t key0,
-                                             int64_t key_end, int head_dim) {
-  constexpr int VEC = 16 / sizeof(T);
-  const int chunks_per_row = head_dim / VEC;
-  const int chunks = GROUPED_TILE_KEYS * chunks_per_row;
-  for (int c = threadIdx.x; c < chunks; c += THREADS_PER_BLOCK) {
-    const int row = c / chunks_per_row;
-    const int col = (c % chunks_per_row) * VEC;
-    const int64_t key = key0 + row;
-    const bool valid = key < key_end;
-    cp_async_16_zfill(k_tile + row * MAX_HEAD_DIM + col,
-                      valid ? k_head + key * k_stride_s + col : k_head, valid);
-    cp_async_16_zfill(v_tile + row * MAX_HEAD_DIM + col,
-                      valid ? v_head + key * v_stride_s + col : v_head, valid);
-  }
-}
-
-// grid (B * H_kv * head_chunks, num_splits). Block (b, kv head, chunk) decodes query heads
-// kv_head * group + chunk * GROUP_TILE + g, g < GROUP_TILE (those < group), over the keys of
-// its split. A key is read by LANES_PER_KEY lanes, VEC elements each (as decode_split_kernel).
-template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS, int GROUP_TILE, int MIN_BLOCKS>
-__global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
-    decode_grouped_kernel(const GroupedDecodeParams<T> p) {
+template <typename T, typename Partial>
+__global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeParams<T, Partial> p) {
   // BEGIN SOLUTION kernel
-  // HINT: Optional extension (beyond the graded course): decode_split_kernel for GROUP_TILE
-  // HINT: query heads that share one KV head, reading each K/V row once for all of them
-  // HINT: (global -> shared with cp.async, STAGES tiles deep), with the attn::KeyMask<true>
-  // HINT: predicate (the key range clipped to keys_begin/keys_end).
-  constexpr int KEYS_PER_WARP_STEP = WARP_SIZE / LANES_PER_KEY;
-  constexpr int ELEMS = VEC * CHUNKS;
-  constexpr int KEYS_PER_WARP = GROUPED_TILE_KEYS / WARPS_PER_BLOCK;   // of each tile
-  constexpr int STEPS = KEYS_PER_WARP / KEYS_PER_WARP_STEP;
-  static_assert(KEYS_PER_WARP % KEYS_PER_WARP_STEP == 0, "whole warp steps per tile");
-
-  extern __shared__ float4 grouped_smem[];  // [STAGES][K, V][TILE_KEYS][MAX_HEAD_DIM] of T
-  T* const tiles = reinterpret_cast<T*>(grouped_smem);
-  constexpr int TILE_ELEMS = GROUPED_TILE_KEYS * MAX_HEAD_DIM;
-  __shared__ Score<T> warp_o[WARPS_PER_BLOCK][GROUP_TILE][MAX_HEAD_DIM];
-  __shared__ Score<T> warp_m[WARPS_PER_BLOCK][GROUP_TILE];
-  __shared__ Score<T> warp_l[WARPS_PER_BLOCK][GROUP_TILE];
-
-  const int chunk = blockIdx.x % p.head_chunks;
-  const int bkv = blockIdx.x / p.head_chunks;
-  const int b = bkv / p.heads_kv;
-  const int kv_head = bkv % p.heads_kv;
-  const int head0 = kv_head * p.group + chunk * GROUP_TILE;            // first query head
-  const int heads_here = min(GROUP_TILE, p.group - chunk * GROUP_TILE);
-  const int split = blockIdx.y;
-  const int warp = threadIdx.x / WARP_SIZE;
-  const int lane = threadIdx.x % WARP_SIZE;
-  const int key_group = lane / LANES_PER_KEY;
-  const int lane_in_key = lane % LANES_PER_KEY;
-
-  // Keys of this split that the query may see at all (a mask tensor may differ per head:
-  // it is applied per head below; everything else is the same for the whole group).
-  const attn::KeyMask<true> mask0(p.mask, b, head0);
-  const int64_t key_begin = max(static_cast<int64_t>(split) * p.keys_per_split,
-                                static_cast<int64_t>(max(mask0.keys_begin(0), 0)));
-  const int64_t key_end =
-      min64(static_cast<int64_t>(split + 1) * p.keys_per_split, mask0.keys_end(0));
-  const int num_tiles = key_end > key_begin
-      ? static_cast<int>((key_end - key_begin + GROUPED_TILE_KEYS - 1) / GROUPED_TILE_KEYS) : 0;
-
-  const T* k_head = p.k + b * p.k_stride_b + kv_head * p.k_stride_h;
-  const T* v_head = p.v + b * p.v_stride_b + kv_head * p.v_stride_h;
-  // Prologue: the first STAGES - 1 tiles in flight, one commit group each (empty past the end).
-#pragma unroll
-  for (int t = 0; t < GROUPED_STAGES - 1; ++t) {
-    if (t < num_tiles)
-      load_kv_tile(tiles + (2 * t) * TILE_ELEMS, tiles + (2 * t + 1) * TILE_ELEMS, k_head, v_head,
-                   p.k_stride_s, p.v_stride_s, key_begin + t * GROUPED_TILE_KEYS, key_end,
-                   p.head_dim);
-    cp_async_commit_group();
-  }
-
-  Score<T> q_reg[GROUP_TILE][ELEMS];  // unscaled, as in load_query
-#pragma unroll
-  for (int g = 0; g < GROUP_TILE; ++g) {
-    const T* q_row = p.q + b * p.q_stride_b + (head0 + min(g, heads_here - 1)) * p.q_stride_h;
-#pragma unroll
-    for (int c = 0; c < CHUNKS; ++c) {
-      const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
-      float x[VEC];
-      unpack<T, VEC>(d0 < p.head_dim ? load_pack<T, VEC>(q_row + d0) : zero_pack<T, VEC>(), x);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) q_reg[g][c * VEC + e] = x[e];
-    }
-  }
-  Score<T> m[GROUP_TILE], l[GROUP_TILE], acc[GROUP_TILE][ELEMS];
-#pragma unroll
-  for (int g = 0; g < GROUP_TILE; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.f;
-#pragma unroll
-    for (int i = 0; i < ELEMS; ++i) acc[g][i] = 0.f;
-  }
-  // Only a stride or a mask tensor needs the predicate per key: the range is exact otherwise.
-  const bool elementwise = p.mask.stride > 1 || p.mask.mask != nullptr;
-
-  for (int t = 0; t < num_tiles; ++t) {
-    // Refill the stage that tile t - 1 used (every warp finished it: barrier at loop end).
-    const int next = t + GROUPED_STAGES - 1;
-    if (next < num_tiles) {
-      const int stage = next % GROUPED_STAGES;
-      load_kv_tile(tiles + (2 * stage) * TILE_ELEMS, tiles + (2 * stage + 1) * TILE_ELEMS, k_head,
-                   v_head, p.k_stride_s, p.v_stride_s, key_begin + next * GROUPED_TILE_KEYS,
-                   key_end, p.head_dim);
-    }
-    cp_async_commit_group();
-    cp_async_wait_group<GROUPED_STAGES - 1>();  // tile t has landed (this thread's copies) ...
-    __syncthreads();                            // ... and everyone's
-    const T* k_tile = tiles + (2 * (t % GROUPED_STAGES)) * TILE_ELEMS;
-    const T* v_tile = k_tile + TILE_ELEMS;
-    const int64_t tile_key0 = key_begin + static_cast<int64_t>(t) * GROUPED_TILE_KEYS;
-
-    // This warp's STEPS x KEYS_PER_WARP_STEP keys of the tile, one key per lane group and
-    // step: the K and V rows are converted to float once and used by every head. The
-    // online softmax rescales lazily: the accumulators are rescaled only when a score
-    // exceeds the running reference m by more than LAZY_RESCALE (in log2 units), so
-    // p = exp2(s - m) <= 2^LAZY_RESCALE stays far from overflow, and the usual case is one
-    // exp2 and one FMA per element instead of a rescale of GROUP_TILE x ELEMS accumulators.
-    // (The result is the same: numerator and denominator share the reference m, up to an
-    // ulp: a largest weight 2^(s - m) that is not 1 rounds a row one key dominates, so fp32,
-    // judged against PyTorch's fp32, rescales at every new max: lazy_rescale<float>() = 0.)
-#pragma unroll
-    for (int u = 0; u < STEPS; ++u) {
-      const int row = warp * KEYS_PER_WARP + u * KEYS_PER_WARP_STEP + key_group;
-      const int64_t key = tile_key0 + row;
-      Score<T> kf[ELEMS];  // converted once, used by every head
-      float vf[ELEMS];
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
-        float x[VEC], y[VEC];
-        const bool in = d0 < p.head_dim;
-        unpack<T, VEC>(in ? load_pack<T, VEC>(k_tile + row * MAX_HEAD_DIM + d0) : zero_pack<T, VEC>(), x);
-        unpack<T, VEC>(in ? load_pack<T, VEC>(v_tile + row * MAX_HEAD_DIM + d0) : zero_pack<T, VEC>(), y);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          kf[c * VEC + e] = x[e];
-          vf[c * VEC + e] = y[e];
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < GROUP_TILE; ++g) {
-        Score<T> dot = 0;
-#pragma unroll
-        for (int i = 0; i < ELEMS; ++i) dot = fma(q_reg[g][i], kf[i], dot);
-#pragma unroll
-        for (int offset = LANES_PER_KEY / 2; offset > 0; offset /= 2)
-          dot += __shfl_xor_sync(FULL_MASK, dot, offset);
-        Score<T> s = key < key_end ? dot * p.score_scale : -INFINITY;
-        if (elementwise && key < key_end) {
-          // The mask's part alone (apply to 0: -inf, or the additive bias in base 2), added
-          // in Score<T>: applied to a rounded float score it would undo the double's precision.
-          const attn::KeyMask<true> mask(p.mask, b, head0 + min(g, heads_here - 1));
-          const float bias = mask.apply(0.f, 0, static_cast<int>(key));
-          s = bias == -INFINITY ? -INFINITY : s + bias;
-        }
-        if (s == -INFINITY) continue;  // not visible (uniform within the key group)
-        if (s > m[g] + lazy_rescale<T>()) {  // rare: a new reference (the first key always)
-          const float rescale = exp2f(static_cast<float>(m[g] - s));  // 0 before the first key
-          l[g] *= rescale;
-#pragma unroll
-          for (int i = 0; i < ELEMS; ++i) acc[g][i] *= rescale;
-          m[g] = s;
-        }
-        const float prob = exp2f(static_cast<float>(s - m[g]));
-        l[g] += prob;
-#pragma unroll
-        for (int i = 0; i < ELEMS; ++i) acc[g][i] = fma(Score<T>(prob), vf[i], acc[g][i]);
-      }
-    }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-  }
-  cp_async_wait_group<0>();  // nothing left in flight (empty groups only) before exit
-
-  // Merge the key groups of each warp, then the warps, per head (as decode_split_kernel).
-#pragma unroll
-  for (int g = 0; g < GROUP_TILE; ++g) {
-#pragma unroll
-    for (int offset = LANES_PER_KEY; offset < WARP_SIZE; offset *= 2) {
-      const Score<T> m_other = __shfl_xor_sync(FULL_MASK, m[g], offset);
-      const Score<T> l_other = __shfl_xor_sync(FULL_MASK, l[g], offset);
-      const Score<T> m_new = fmax(m[g], m_other);
-      const Score<T> w_self = m[g] == -INFINITY ? 0.f : exp2f(static_cast<float>(m[g] - m_new));
-      const Score<T> w_other =
-          m_other == -INFINITY ? 0.f : exp2f(static_cast<float>(m_other - m_new));
-      l[g] = l[g] * w_self + l_other * w_other;
-#pragma unroll
-      for (int i = 0; i < ELEMS; ++i) {
-        const Score<T> acc_other = __shfl_xor_sync(FULL_MASK, acc[g][i], offset);
-        acc[g][i] = acc[g][i] * w_self + acc_other * w_other;
-      }
-      m[g] = m_new;
-    }
-    if (key_group == 0) {
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const int d = (c * LANES_PER_KEY + lane_in_key) * VEC + e;
-          if (d < p.head_dim) warp_o[warp][g][d] = acc[g][c * VEC + e];
-        }
-      if (lane == 0) {
-        warp_m[warp][g] = m[g];
-        warp_l[warp][g] = l[g];
-      }
-    }
-  }
+  // HINT: Optional extension: the merge of a split-KV decode from each split's LSE.
+  __shared__ float weight[MAX_SPLITS];
+  __shared__ float warp_val[MAX_HEAD_DIM / WARP_SIZE];
+  constexpr int WARPS = MAX_HEAD_DIM / WARP_SIZE;
+  const int b = blockIdx.x / p.heads_q;
+  const int h = blockIdx.x % p.heads_q;
+  const int kv = h / p.group, g = h % p.group;
+  const int heads_kv = p.heads_q / p.group;
+  const int64_t first = ((static_cast<int64_t>(b) * heads_kv + kv) * p.num_splits) * p.group + g;
+  const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+  float m = -INFINITY;
+  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) m = fmaxf(m, p.lse[first + s * p.group]);
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
+  if (lane == 0) warp_val[warp] = m;
   __syncthreads();
-
-  for (int idx = threadIdx.x; idx < heads_here * p.head_dim; idx += THREADS_PER_BLOCK) {
-    const int g = idx / p.head_dim;
-    const int d = idx % p.head_dim;
-    Score<T> block_m = -INFINITY;
+  m = warp_val[0];
 #pragma unroll
-    for (int w = 0; w < WARPS_PER_BLOCK; ++w) block_m = fmax(block_m, warp_m[w][g]);
-    Score<T> block_l = 0.f, o = 0.f;
+  for (int w = 1; w < WARPS; ++w) m = fmaxf(m, warp_val[w]);
+  __syncthreads();
+  float total = 0.f;
+  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) {
+    const float lse = p.lse[first + s * p.group];
+    const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
+    weight[s] = w;
+    total += w;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
+  if (lane == 0) warp_val[warp] = total;
+  __syncthreads();
+  total = 0.f;
 #pragma unroll
-    for (int w = 0; w < WARPS_PER_BLOCK; ++w) {
-      const Score<T> weight = warp_m[w][g] == -INFINITY
-                                  ? 0.f : exp2f(static_cast<float>(warp_m[w][g] - block_m));
-      block_l = fma(weight, warp_l[w][g], block_l);
-      o = fma(weight, warp_o[w][g][d], o);
-    }
-    const int h = head0 + g;
-    if (p.num_splits == 1) {
-      p.out[b * p.out_stride_b + h * p.out_stride_h + d] =
-          from_float<T>(block_l > 0.f ? static_cast<float>(o / block_l) : 0.f);  // none: 0
-    } else {
-      const int64_t state = (static_cast<int64_t>(b) * p.heads_q + h) * p.num_splits + split;
-      p.partial_o[state * p.head_dim + d] = o;
-      if (d == 0) {
-        p.partial_m[state] = block_m;
-        p.partial_l[state] = block_l;
-      }
-    }
+  for (int w = 0; w < WARPS; ++w) total += warp_val[w];
+  const float inv_total = total > 0.f ? 1.f / total : 0.f;  // no visible key anywhere: 0
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < p.num_splits; ++s)
+      o = fmaf(weight[s], to_float(p.partial[(first + static_cast<int64_t>(s) * p.group) * p.head_dim + d]), o);
+    p.out[b * p.out_stride_b + h * p.out_stride_h + d] = from_float<T>(o * inv_total);
   }
   // END SOLUTION
 }
@@ -1085,35 +779,6 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
 // ---- host side: layout choices and launches (given) ---------------------------------------
 
 bool multiple_of(int64_t bytes, int64_t unit) { return bytes % unit == 0; }
-
-// The torch dtype of Score<T> (the partial results of a split decode).
-template <typename T>
-constexpr torch::ScalarType score_dtype() {
-  return std::is_same_v<Score<T>, double> ? torch::kFloat64 : torch::kFloat32;
-}
-
-bool pointer_aligned(const void* ptr, int64_t unit) {
-  return reinterpret_cast<std::uintptr_t>(ptr) % static_cast<std::uintptr_t>(unit) == 0;
-}
-
-// A dimension of size 1 is only ever indexed at 0, so its stride does not matter.
-bool stride_multiple(const torch::Tensor& t, int dim, int64_t elems) {
-  return t.size(dim) == 1 || t.stride(dim) % elems == 0;
-}
-
-// Can q/k/v be read as 16-byte packs (VEC elements)? head_dim, every base pointer and every
-// stride that is used must be multiples of VEC elements; otherwise the scalar path runs.
-bool can_load_16_bytes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  const int64_t vec = 16 / q.element_size();
-  if (q.size(3) % vec != 0) return false;
-  for (const torch::Tensor* t : {&q, &k, &v}) {
-    if (!pointer_aligned(t->data_ptr(), 16)) return false;
-    for (int dim = 0; dim < 3; ++dim) {
-      if (!stride_multiple(*t, dim, vec)) return false;
-    }
-  }
-  return true;
-}
 
 // The split kernel's counters (merge_in_last_block): one int per (batch, head), allocated and
 // zeroed once per device and left zeroed by every decode, so a captured CUDA graph can keep
@@ -1247,159 +912,21 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   // END SOLUTION
 }
 
-// Merge the splits of one (batch, query head) of the grouped decode: the same merge as the
-// course's (merge_split_states), on the grouped kernel's partials.
-template <typename T>
-__global__ void __launch_bounds__(MAX_HEAD_DIM) combine_grouped_kernel(const GroupedDecodeParams<T> p) {
-  const int64_t state = blockIdx.x;  // b * heads_q + h
-  const int64_t first = state * p.num_splits;
-  merge_split_states<T>(p.partial_m + first, p.partial_l + first, p.partial_o + first * p.head_dim,
-                        p.num_splits, p.head_dim,
-                        p.out + (state / p.heads_q) * p.out_stride_b + (state % p.heads_q) * p.out_stride_h);
-}
-
-// Tensor-core grouped decode (task 4's kernel on the query heads of a KV head packed as
-// rows, one key range per "head" of a strided view): merge its per-range results. partial
-// [B, H_kv, splits, G, D] holds each range's normalised output, lse [B, H_kv, splits, G]
-// its base-2 log-sum-exp; out[b, h] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
-template <typename T, typename Partial = T>
-struct MergeParams {
-  const Partial* partial;  // q's dtype, or float32 (no rounding before the merge)
-  const float* lse;
-  T* out;
-  int64_t out_stride_b, out_stride_h;
-  int heads_q, group, num_splits, head_dim;
-};
-
-template <typename T, typename Partial>
-__global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeParams<T, Partial> p) {
-  // BEGIN SOLUTION kernel
-  // HINT: Optional extension: the merge of a split-KV decode from each split's LSE.
-  __shared__ float weight[MAX_SPLITS];
-  __shared__ float warp_val[MAX_HEAD_DIM / WARP_SIZE];
-  constexpr int WARPS = MAX_HEAD_DIM / WARP_SIZE;
-  const int b = blockIdx.x / p.heads_q;
-  const int h = blockIdx.x % p.heads_q;
-  const int kv = h / p.group, g = h % p.group;
-  const int heads_kv = p.heads_q / p.group;
-  const int64_t first = ((static_cast<int64_t>(b) * heads_kv + kv) * p.num_splits) * p.group + g;
-  const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-  float m = -INFINITY;
-  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) m = fmaxf(m, p.lse[first + s * p.group]);
-  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
-  if (lane == 0) warp_val[warp] = m;
-  __syncthreads();
-  m = warp_val[0];
-#pragma unroll
-  for (int w = 1; w < WARPS; ++w) m = fmaxf(m, warp_val[w]);
-  __syncthreads();
-  float total = 0.f;
-  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) {
-    const float lse = p.lse[first + s * p.group];
-    const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
-    weight[s] = w;
-    total += w;
-  }
-  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
-  if (lane == 0) warp_val[warp] = total;
-  __syncthreads();
-  total = 0.f;
-#pragma unroll
-  for (int w = 0; w < WARPS; ++w) total += warp_val[w];
-  const float inv_total = total > 0.f ? 1.f / total : 0.f;  // no visible key anywhere: 0
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float o = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < p.num_splits; ++s)
-      o = fmaf(weight[s], to_float(p.partial[(first + static_cast<int64_t>(s) * p.group) * p.head_dim + d]), o);
-    p.out[b * p.out_stride_b + h * p.out_stride_h + d] = from_float<T>(o * inv_total);
-  }
-  // END SOLUTION
-}
-
-// Launch decode_grouped_kernel with the group tile and lanes for this shape (more query heads
-// per block hold more registers, so fewer blocks fit per SM).
-template <typename T, int GROUP_TILE, int MIN_BLOCKS>
-void launch_grouped_tile(const GroupedDecodeParams<T>& p, dim3 grid, cudaStream_t stream) {
-  constexpr int VEC = 16 / sizeof(T);
-  constexpr int kSmem = grouped_smem_bytes<T>();
-  auto kernel = attn::ceil_div(p.head_dim, VEC) <= 16
-                    ? decode_grouped_kernel<T, VEC, 16, 1, GROUP_TILE, MIN_BLOCKS>
-                    : decode_grouped_kernel<T, VEC, 32, 1, GROUP_TILE, MIN_BLOCKS>;  // fp32, D > 64
-  // Above 48 KB a kernel must opt in to more dynamic shared memory (cheap; once per call).
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  TORCH_CHECK(err == cudaSuccess, attn::str("cudaFuncSetAttribute failed for decode_grouped_kernel: ",
-              cudaGetErrorString(err)));
-  kernel<<<grid, THREADS_PER_BLOCK, kSmem, stream>>>(p);
-}
-
-int grouped_tile_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
-
-template <typename T>
-void run_decode_grouped(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        torch::Tensor& out, const attn::MaskParams& mask, int group,
-                        int num_splits) {
-  GroupedDecodeParams<T> p{};
-  p.q = reinterpret_cast<const T*>(q.data_ptr());
-  p.k = reinterpret_cast<const T*>(k.data_ptr());
-  p.v = reinterpret_cast<const T*>(v.data_ptr());
-  p.out = reinterpret_cast<T*>(out.data_ptr());
-  p.q_stride_b = q.stride(0);
-  p.q_stride_h = q.stride(1);
-  p.k_stride_b = k.stride(0);
-  p.k_stride_h = k.stride(1);
-  p.k_stride_s = k.stride(2);
-  p.v_stride_b = v.stride(0);
-  p.v_stride_h = v.stride(1);
-  p.v_stride_s = v.stride(2);
-  p.out_stride_b = out.stride(0);
-  p.out_stride_h = out.stride(1);
-  p.heads_q = static_cast<int>(q.size(1));
-  p.heads_kv = static_cast<int>(k.size(1));
-  p.group = group;
-  const int tile = grouped_tile_for(group);
-  p.head_chunks = attn::ceil_div(group, tile);
-  p.head_dim = static_cast<int>(q.size(3));
-  p.mask = mask;
-  p.score_scale = static_cast<Score<T>>(LOG2_E / std::sqrt(static_cast<double>(p.head_dim)));
-  p.num_splits = num_splits;
-  p.keys_per_split = (k.size(2) + num_splits - 1) / num_splits;
-
-  const int64_t states = q.size(0) * q.size(1) * static_cast<int64_t>(num_splits);
-  torch::Tensor workspace;
-  if (num_splits > 1) {
-    workspace = torch::empty({states * (p.head_dim + 2)}, q.options().dtype(score_dtype<T>()));
-    p.partial_o = workspace.data_ptr<Score<T>>();
-    p.partial_m = p.partial_o + states * p.head_dim;
-    p.partial_l = p.partial_m + states;
-  }
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const dim3 grid(static_cast<unsigned>(q.size(0) * p.heads_kv * p.head_chunks),
-                  static_cast<unsigned>(num_splits));
-  switch (tile) {
-    case 1: launch_grouped_tile<T, 1, 3>(p, grid, stream); break;
-    case 2: launch_grouped_tile<T, 2, 3>(p, grid, stream); break;
-    case 4: launch_grouped_tile<T, 4, 2>(p, grid, stream); break;
-    default: launch_grouped_tile<T, 8, 2>(p, grid, stream); break;
-  }
-  attn::check_launch("decode_grouped_kernel");
-  if (num_splits > 1) {
-    combine_grouped_kernel<T><<<static_cast<unsigned>(q.size(0) * q.size(1)), MAX_HEAD_DIM, 0,
-                                stream>>>(p);
-    attn::check_launch("combine_grouped_kernel");
-  }
-}
-
-// ---- validation (given) --------------------------------------------------------------------
-
-void check_float_dtype(const torch::Tensor& t, const char* name) {
-  attn::check_dtype(t, name, {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
-}
-
-using attn::check_last_dim_contiguous;
-
 }  // namespace
+
+namespace attn_decode {
+
+template <typename T>
+void combine_splits(const SplitStates<T>& states, int64_t rows, cudaStream_t stream) {
+  combine_splits_kernel<T><<<static_cast<unsigned>(rows), MAX_HEAD_DIM, 0, stream>>>(states);
+  attn::check_launch("combine_splits_kernel");
+}
+
+template void combine_splits<float>(const SplitStates<float>&, int64_t, cudaStream_t);
+template void combine_splits<__half>(const SplitStates<__half>&, int64_t, cudaStream_t);
+template void combine_splits<__nv_bfloat16>(const SplitStates<__nv_bfloat16>&, int64_t, cudaStream_t);
+
+}  // namespace attn_decode
 
 // ---- entry points (declared in binding.cpp) ----------------------------------------------
 
@@ -1503,15 +1030,7 @@ torch::Tensor decode_attention_bhsd(torch::Tensor q, torch::Tensor k, torch::Ten
                                     int64_t seq_len,
                                     std::optional<torch::Tensor> seq_len_tensor, bool causal,
                                     int64_t num_splits, std::optional<torch::Tensor> out) {
-  attn::check_cuda_tensor(q, "q");
-  attn::check_cuda_tensor(k, "k");
-  attn::check_cuda_tensor(v, "v");
-  check_float_dtype(q, "q");
-  attn::check_same(q, "q", k, "k");
-  attn::check_same(q, "q", v, "v");
-  attn::check_dim(q, "q", 4, "[batch, heads, 1, head_dim]");
-  attn::check_dim(k, "k", 4, "[batch, heads, max_seq_len, head_dim]");
-  attn::check_dim(v, "v", 4, "[batch, heads, max_seq_len, head_dim]");
+  check_decode_qkv(q, k, v, "[batch, heads, max_seq_len, head_dim]");
   TORCH_CHECK_VALUE(q.size(2) == 1, attn::str("decode attends one new query per sequence: q must be [batch, "
                     "heads, 1, head_dim] but has shape ", q.sizes(),
                     "; run a prompt through prefill (task 4's flash_attention) instead."));
@@ -1539,13 +1058,7 @@ torch::Tensor decode_attention_bhsd(torch::Tensor q, torch::Tensor k, torch::Ten
   TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= MAX_SPLITS, attn::str("num_splits must be in [1, ",
                     MAX_SPLITS, "] but is ", num_splits, "."));
   const RuntimeInt length = runtime_int(seq_len, seq_len_tensor, "seq_len", batch, q.device());
-  if (out.has_value()) {
-    attn::check_cuda_tensor(*out, "out");
-    attn::check_same(q, "q", *out, "out");
-    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), attn::str("out has shape ", out->sizes(), " but must be ",
-                      q.sizes(), " like q."));
-    check_last_dim_contiguous(*out, "out");
-  }
+  check_out_like_q(out, q);
   c10::cuda::CUDAGuard guard(q.device());
 
   torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
@@ -1593,83 +1106,10 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Te
   auto per_head = [&](const torch::Tensor& t) {
     return t.view({t.size(0), t.size(1), num_heads, head_dim}).transpose(1, 2);
   };
-  torch::Tensor result;
-  if (out.has_value()) {
-    attn::check_cuda_tensor(*out, "out");
-    attn::check_same(q, "q", *out, "out");
-    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), attn::str("out has shape ", out->sizes(), " but must be ",
-                      q.sizes(), " like q."));
-    check_last_dim_contiguous(*out, "out");
-    result = *out;
-  } else {
-    result = torch::empty(q.sizes(), q.options());
-  }
+  check_out_like_q(out, q);
+  torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
   decode_attention_bhsd(per_head(q), per_head(k_cache), per_head(v_cache), seq_len, seq_len_tensor,
                         causal, num_splits, per_head(result));
-  return result;
-}
-
-// Beyond the course: one query per (batch, query head), q [B, H_q, 1, D], against k/v
-// [B, H_kv, S, D] (H_q a multiple of H_kv), with every attention variant of
-// common/variants.py (the query is at position key_end - 1 of its sequence). The query heads
-// of a KV head share one pass over its keys. Returns [B, H_q, 1, D].
-torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::Tensor v,
-                                       bool causal, std::optional<int64_t> window, int64_t stride,
-                                       std::optional<torch::Tensor> mask,
-                                       std::optional<torch::Tensor> key_lengths,
-                                       bool left_padding, int64_t num_splits,
-                                       std::optional<torch::Tensor> out) {
-  attn::check_cuda_tensor(q, "q");
-  attn::check_cuda_tensor(k, "k");
-  attn::check_cuda_tensor(v, "v");
-  check_float_dtype(q, "q");
-  attn::check_same(q, "q", k, "k");
-  attn::check_same(q, "q", v, "v");
-  attn::check_dim(q, "q", 4, "[batch, heads, 1, head_dim]");
-  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq, head_dim]");
-  attn::check_dim(v, "v", 4, "[batch, kv_heads, seq, head_dim]");
-  TORCH_CHECK_VALUE(q.size(2) == 1, attn::str("decode attends one new query per sequence: q must be [batch, "
-                    "heads, 1, head_dim] but has shape ", q.sizes(), "; use task 4's flash_attention for "
-                    "several queries."));
-  TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == q.size(0) && k.size(3) == q.size(3),
-                    attn::str("k and v must both be [batch, kv_heads, seq, head_dim] with q's batch and "
-                    "head_dim; got q ", q.sizes(), ", k ", k.sizes(), " and v ", v.sizes(), "."));
-  attn::check_nonempty(q, "q");
-  attn::check_nonempty(k, "k");
-  const int group = attn::kv_group_size(q, k);
-  attn::check_head_dim(q.size(3));
-  TORCH_CHECK_VALUE(q.size(0) * k.size(1) * attn::ceil_div(group, 8) <= std::numeric_limits<int32_t>::max()
-                    && k.size(2) <= std::numeric_limits<int32_t>::max() / 2,
-                    attn::str("batch * kv_heads and seq must fit in 31 bits."));
-  TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= MAX_SPLITS, attn::str("num_splits must be in [1, ",
-                    MAX_SPLITS, "] but is ", num_splits, "."));
-  check_last_dim_contiguous(q, "q");
-  check_last_dim_contiguous(k, "k");
-  check_last_dim_contiguous(v, "v");
-  if (out.has_value()) {
-    attn::check_cuda_tensor(*out, "out");
-    attn::check_same(q, "q", *out, "out");
-    TORCH_CHECK_VALUE(out->sizes() == q.sizes(), attn::str("out has shape ", out->sizes(), " but must be ",
-                      q.sizes(), " like q."));
-    check_last_dim_contiguous(*out, "out");
-  }
-  // Scores are in base 2 ((q . k) * log2(e)/sqrt(D)): an additive mask value is multiplied
-  // by log2(e).
-  const attn::MaskParams mask_params = attn::make_mask_params(
-      q, k, causal, window, stride, mask, key_lengths, left_padding, static_cast<float>(LOG2_E));
-  c10::cuda::CUDAGuard guard(q.device());
-  // 16-byte loads only: a view that does not allow them is copied once (rare).
-  const bool wide = can_load_16_bytes(q, k, v);
-  const torch::Tensor qa = wide ? q : q.contiguous();
-  const torch::Tensor ka = wide ? k : k.contiguous();
-  const torch::Tensor va = wide ? v : v.contiguous();
-  torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
-  const int splits = static_cast<int>(num_splits);
-  switch (q.scalar_type()) {
-    case torch::kFloat32: run_decode_grouped<float>(qa, ka, va, result, mask_params, group, splits); break;
-    case torch::kFloat16: run_decode_grouped<__half>(qa, ka, va, result, mask_params, group, splits); break;
-    default: run_decode_grouped<__nv_bfloat16>(qa, ka, va, result, mask_params, group, splits); break;
-  }
   return result;
 }
 

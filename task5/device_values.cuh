@@ -1,7 +1,8 @@
-// Small pieces the task 5 kernels share (decode.cu, decode_linear.cu, norm.cu, rope_append.cu):
-// element conversions to and from the fp32 every kernel computes in, a per-sequence integer
-// (a position, a length) that is either a host value or read on the device, and overlapped
-// launches for the fused decode kernels.
+// Small pieces the task 5 kernels share (decode.cu, decode_grouped.cu, decode_linear.cu,
+// norm.cu, rope_append.cu): element conversions to and from the fp32 every kernel computes in,
+// a per-sequence integer (a position, a length) that is either a host value or read on the
+// device, and overlapped launches for the fused decode kernels. What only the attention decode
+// kernels share is in decode_common.cuh.
 #pragma once
 
 #include <c10/cuda/CUDAFunctions.h>
