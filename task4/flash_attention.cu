@@ -6,14 +6,18 @@
 // O (task 3's algorithm). The S x S score matrix never exists: each block sees one
 // rows_per_q_tile x rows_per_kv_tile tile of it at a time, in registers. Per key tile:
 //
-//   scores = Q K^T            register-blocked like an SGEMM micro-kernel (below)
+//   scores = Q K^T            register-blocked like an SGEMM micro-kernel (below), summed
+//                             in double: float scores round as much as PyTorch's fp32 and
+//                             miss FlashAttention-2's accuracy criterion at large logits
 //   mask                      only on tiles that reach the diagonal (causal) or the
 //                             sequence end (tail keys >= S are set to -inf)
 //   m_new = max(m, rowmax)    row max by warp shuffles: the lanes sharing a row are in one warp
 //   P = exp2((scores - m_new) * scale*log2(e))   log2(e) folded into the scale, so exp2f
 //   l = l * exp2((m - m_new) * scale*log2(e)) + rowsum(P);  O = O * (the same) + P V
 //
-// and at the end out = O / l. m stays in raw score units and the exponent is the difference
+// and at the end out = O / l. Scores and m stay double until score - m (exact for close
+// scores); P, l and O are float (task4/NOTES.md, "fp32 accuracy at large logits", has why
+// and what it costs). m stays in raw score units and the exponent is the difference
 // times the scale, so the row's largest score gets exactly exp2(0) = 1 (PyTorch's softmax
 // gives it exactly 1 too): a row one key dominates comes out as that key's value row.
 // (One FFMA, exp2f(score * scale - max * scale) as FlashAttention-2's kernels compute it, gives
@@ -212,22 +216,27 @@ __device__ __forceinline__ float component(const float4& f, int i) {
 // c * 32 + col_lane * 4 (c < head_dim_pad / 32).
 // ---------------------------------------------------------------------------------------
 
-// scores = Q K^T for this thread's rows x keys, from the shared tiles (unscaled).
+// scores = Q K^T for this thread's rows x keys, from the shared tiles (unscaled), in double:
+// a product of two floats is exact in a double, and the sum keeps 29 more bits than a float
+// would. Why: at large logits a float score's rounding (PyTorch's fp32 attention has as much)
+// decides the output wherever a row's two largest scores are close (task4/NOTES.md, "fp32
+// accuracy at large logits"); scores stay double until the row max is subtracted.
 template <class Cfg, int HEAD_DIM_PAD>
 __device__ __forceinline__ void compute_scores(
-    float (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread], const float* q_tile,
+    double (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread], const float* q_tile,
     const float* k_tile, int first_row, int col_lane) {
   // BEGIN SOLUTION kernel
   // HINT: score[i][j] = sum over d < HEAD_DIM_PAD of q_tile[row i][d] * k_tile[key j][d], with
   // HINT: row i = first_row + Cfg::row_lanes * i and key j = col_lane + Cfg::col_lanes * j, rows
   // HINT: SmemLayout<Cfg, HEAD_DIM_PAD>::qk_stride floats apart. Walk d 4 at a time: per step
   // HINT: read one float4 of each of your rows and of each of your keys, then do the 4 FMAs of
-  // HINT: every (row, key) pair (fmaf), so each shared load feeds several FMAs.
+  // HINT: every (row, key) pair in double (fma on the values converted to double), so each
+  // HINT: shared load feeds several FMAs.
   using Layout = SmemLayout<Cfg, HEAD_DIM_PAD>;
 #pragma unroll
   for (int i = 0; i < Cfg::rows_per_thread; ++i)
 #pragma unroll
-    for (int j = 0; j < Cfg::keys_per_thread; ++j) score[i][j] = 0.f;
+    for (int j = 0; j < Cfg::keys_per_thread; ++j) score[i][j] = 0.0;
 
 #pragma unroll 4
   for (int d = 0; d < HEAD_DIM_PAD; d += 4) {
@@ -242,10 +251,10 @@ __device__ __forceinline__ void compute_scores(
           k_tile + (col_lane + Cfg::col_lanes * j) * Layout::qk_stride + d);
 #pragma unroll
       for (int i = 0; i < Cfg::rows_per_thread; ++i) {
-        score[i][j] = fmaf(q_frag[i].x, k_frag.x, score[i][j]);
-        score[i][j] = fmaf(q_frag[i].y, k_frag.y, score[i][j]);
-        score[i][j] = fmaf(q_frag[i].z, k_frag.z, score[i][j]);
-        score[i][j] = fmaf(q_frag[i].w, k_frag.w, score[i][j]);
+        score[i][j] = fma(double(q_frag[i].x), double(k_frag.x), score[i][j]);
+        score[i][j] = fma(double(q_frag[i].y), double(k_frag.y), score[i][j]);
+        score[i][j] = fma(double(q_frag[i].z), double(k_frag.z), score[i][j]);
+        score[i][j] = fma(double(q_frag[i].w), double(k_frag.w), score[i][j]);
       }
     }
   }
@@ -257,7 +266,7 @@ __device__ __forceinline__ void compute_scores(
 // the sequence position of this thread's row 0, `kv_start` that of the tile's key 0.
 template <class Cfg, bool kGeneral>
 __device__ __forceinline__ void mask_scores(
-    float (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread],
+    double (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread],
     const attn::KeyMask<kGeneral>& mask, int first_query_row, int kv_start, int col_lane) {
   // BEGIN SOLUTION kernel
   // HINT: For each of your scores: row = first_query_row + Cfg::row_lanes * i, key = kv_start +
@@ -281,37 +290,40 @@ __device__ __forceinline__ void mask_scores(
 // m = -inf; the m_use guard keeps its P, l and O at 0 instead of NaN.
 template <class Cfg, int OUT_COLUMNS>
 __device__ __forceinline__ void online_softmax_step(
-    float (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread],
-    float (&row_max)[Cfg::rows_per_thread], float (&row_sum)[Cfg::rows_per_thread],
+    double (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread],
+    double (&row_max)[Cfg::rows_per_thread], float (&row_sum)[Cfg::rows_per_thread],
     float (&o_acc)[Cfg::rows_per_thread][OUT_COLUMNS], float scale_log2) {
   // BEGIN SOLUTION kernel
   // HINT: Per row i: tile_max = max of your keys' scores, then the max over the Cfg::col_lanes
   // HINT: lanes that share the row (__shfl_xor_sync with offsets 1, 2, 4). new_max =
-  // HINT: max(row_max[i], tile_max) (raw scores); m_use = new_max, or 0 if it is -INFINITY;
-  // HINT: rescale = exp2f((row_max[i] - m_use) * scale_log2); row_max[i] = new_max; each
-  // HINT: score becomes exp2f((score - m_use) * scale_log2) (subtract first: the largest score
-  // HINT: must get exactly 1); row_sum[i] = row_sum[i] * rescale + the sum of your P values
-  // HINT: (this lane's share); multiply every o_acc[i][...] by rescale.
+  // HINT: max(row_max[i], tile_max) (raw scores, double); m_use = new_max, or 0 if it is
+  // HINT: -INFINITY; rescale = exp2f(float((row_max[i] - m_use) * scale_log2)); row_max[i] =
+  // HINT: new_max; each score becomes exp2f(float((score - m_use) * scale_log2)) (subtract in
+  // HINT: double first: the largest score must get exactly 1); row_sum[i] = row_sum[i] *
+  // HINT: rescale + the sum of your P values (this lane's share); multiply every o_acc[i][...]
+  // HINT: by rescale.
 #pragma unroll
   for (int i = 0; i < Cfg::rows_per_thread; ++i) {
-    float tile_max = score[i][0];
+    double tile_max = score[i][0];
 #pragma unroll
-    for (int j = 1; j < Cfg::keys_per_thread; ++j) tile_max = fmaxf(tile_max, score[i][j]);
+    for (int j = 1; j < Cfg::keys_per_thread; ++j) tile_max = fmax(tile_max, score[i][j]);
 #pragma unroll
     for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
+      tile_max = fmax(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
     // m in raw score units: the exponent is (score - m) * scale_log2, which is exactly 0 for
     // the largest score. (fmaf(score, scale_log2, -m * scale_log2) saves one instruction but
     // gives the largest score exp2(the rounding error of m * scale_log2) instead of 1.)
-    const float new_max = fmaxf(row_max[i], tile_max);
-    const float m_use = new_max == -INFINITY ? 0.f : new_max;
-    const float rescale = exp2f((row_max[i] - m_use) * scale_log2);  // 0 on the first tile
+    // The difference is taken in double (exact for close scores), the exponent in float.
+    const double new_max = fmax(row_max[i], tile_max);
+    const double m_use = new_max == -INFINITY ? 0.0 : new_max;
+    const float rescale = exp2f(float((row_max[i] - m_use) * scale_log2));  // 0 on the first tile
     row_max[i] = new_max;
     float tile_sum = 0.f;
 #pragma unroll
     for (int j = 0; j < Cfg::keys_per_thread; ++j) {
-      score[i][j] = exp2f((score[i][j] - m_use) * scale_log2);  // masked: exp2(-inf) = 0
-      tile_sum += score[i][j];
+      const float prob = exp2f(float((score[i][j] - m_use) * scale_log2));  // masked: 0
+      score[i][j] = prob;
+      tile_sum += prob;
     }
     row_sum[i] = row_sum[i] * rescale + tile_sum;
 #pragma unroll
@@ -324,7 +336,7 @@ __device__ __forceinline__ void online_softmax_step(
 // the keys. Only this warp reads these rows back (a thread's O rows are its score rows).
 template <class Cfg, int HEAD_DIM_PAD>
 __device__ __forceinline__ void store_probabilities(
-    const float (&prob)[Cfg::rows_per_thread][Cfg::keys_per_thread], float* p_tile,
+    const double (&prob)[Cfg::rows_per_thread][Cfg::keys_per_thread], float* p_tile,
     int first_row, int col_lane) {
   // BEGIN SOLUTION kernel
   // HINT: p_tile[row][key] = prob[i][j] for your rows and keys, rows
@@ -335,7 +347,7 @@ __device__ __forceinline__ void store_probabilities(
 #pragma unroll
     for (int j = 0; j < Cfg::keys_per_thread; ++j)
       p_tile[(first_row + Cfg::row_lanes * i) * Layout::p_stride + col_lane +
-             Cfg::col_lanes * j] = prob[i][j];
+             Cfg::col_lanes * j] = static_cast<float>(prob[i][j]);  // a float P, exactly
   // END SOLUTION
 }
 
@@ -489,7 +501,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   const int unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / kRowsPerKvTile : 0;
 
   float o_acc[Cfg::rows_per_thread][kOutColumns];
-  float row_max[Cfg::rows_per_thread];  // m, raw score units; the same on all 8 lanes of a row
+  double row_max[Cfg::rows_per_thread];  // m, raw score units; the same on all 8 lanes of a row
   float row_sum[Cfg::rows_per_thread];  // l, this lane's share (its keys); summed at the end
 #pragma unroll
   for (int i = 0; i < Cfg::rows_per_thread; ++i) {
@@ -518,7 +530,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
         v_tile, Layout::v_stride, v_head, p.v_stride_s, kv_start, p.seq_k, p.head_dim, tid);
     copy_async_commit();
 
-    float score[Cfg::rows_per_thread][Cfg::keys_per_thread];
+    double score[Cfg::rows_per_thread][Cfg::keys_per_thread];  // then P, in place
     compute_scores<Cfg, HEAD_DIM_PAD>(score, q_tile, k_tile, first_row, col_lane);
     // Mask only where it can matter: the tile holding the sequence end (keys >= seq_k are
     // zero-filled padding), tiles across the causal diagonal or a window's edge, and every

@@ -162,8 +162,9 @@ struct KeyMask {
   }
 
   // The score of pair (q, k) in the kernel's units: `score` plus the mask's bias, or -inf
-  // when k is not visible to q.
-  __device__ __forceinline__ float apply(float score, int q, int k) const {
+  // when k is not visible to q. Score is float, or double (the fp32 prefill's scores).
+  template <class Score>
+  __device__ __forceinline__ Score apply(Score score, int q, int k) const {
     if constexpr (!kGeneral) {
       // Dense: one comparison per element against the row's first invisible key (the
       // compiler hoists the limit out of a loop over the keys of a row).
@@ -184,7 +185,7 @@ struct KeyMask {
       if (mask_head != nullptr && q < seq_q) {
         const float bias = mask_value(mask_head, mask_kind, q * mask_stride_q + k * mask_stride_k);
         if (bias == -INFINITY) return -INFINITY;
-        if (mask_kind != kBoolMask) score = fmaf(bias, mask_scale, score);
+        if (mask_kind != kBoolMask) score = fma(Score(bias), Score(mask_scale), score);
       }
       return score;
     }
