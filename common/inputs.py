@@ -9,6 +9,8 @@ or dtype.
 
 from __future__ import annotations
 
+import math
+import numbers
 import weakref
 
 import torch
@@ -23,6 +25,18 @@ def check_flag(value, name: str) -> None:
     """`value` is True or False (a flag such as causal), else a TypeError naming it."""
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, not {type(value).__name__} {value!r}.")
+
+
+def check_positive_number(value, name: str) -> None:
+    """`value` is None or a positive, finite real number (not a bool), else a sentence naming
+    it: TypeError for another type, ValueError for zero, a negative, inf or NaN."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number or None, not {type(value).__name__} "
+                        f"{value!r}.")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive, finite number or None, got {value}.")
 
 
 def check_heads(hidden_dim, num_heads) -> int:
@@ -104,12 +118,13 @@ ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def check_attention_arguments(q, k, v, causal=False, out=None, *, window=None, stride=1,
-                              mask=None, key_lengths=None, left_padding=False,
-                              kernel: bool = True) -> None:
+                              mask=None, key_lengths=None, left_padding=False, softcap=None,
+                              sinks=None, scale=None, kernel: bool = True) -> None:
     """Every argument of an attention call, checked once, before any kernel is chosen.
 
     q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D]; the variant arguments as in
-    common/variants.py. Raises TypeError (a wrong type or dtype) or ValueError (a wrong value,
+    common/variants.py: softcap and scale None or a positive finite number, sinks None or a
+    float [H_q] tensor on q's device (its values are not read: a sink may be -inf, no sink). Raises TypeError (a wrong type or dtype) or ValueError (a wrong value,
     shape or device) with a sentence that says what to change. Whatever path then runs (the
     fp32 course kernel, the mma.sync or Hopper kernel, the strided classes, a decode kernel,
     PyTorch's twin on a CPU), it runs on arguments that passed here, so no path can skip a
@@ -143,6 +158,10 @@ def check_attention_arguments(q, k, v, causal=False, out=None, *, window=None, s
                         f"{stride!r}.")
     if stride < 1:
         raise ValueError(f"stride must be at least 1 (1 = every key) but is {stride}.")
+    check_positive_number(softcap, "softcap")
+    check_positive_number(scale, "scale")
+    if sinks is not None:
+        _check_sinks(sinks, q)
     if out is not None:
         _check_out(out, q, kernel)
     if mask is not None:
@@ -227,6 +246,20 @@ def _check_mask(mask, q, k) -> None:
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to [batch, "
                              f"heads, seq_q, seq_k] = {list(full)}: each dimension must be 1 or "
                              "the full size.")
+
+
+def _check_sinks(sinks, q) -> None:
+    heads = q.shape[1]
+    if not isinstance(sinks, torch.Tensor):
+        raise TypeError(f"sinks must be a float tensor of shape [{heads}] (one logit per query "
+                        f"head) or None, not {type(sinks).__name__}.")
+    if sinks.dtype not in ATTENTION_DTYPES:
+        raise TypeError(f"sinks has dtype {sinks.dtype} but must be float32, float16 or bfloat16 "
+                        "(one logit per query head); convert it with .float().")
+    _check_on_q_device(sinks, "sinks", q)
+    if tuple(sinks.shape) != (heads,):
+        raise ValueError(f"sinks must have shape [{heads}] (one logit per query head, q having "
+                         f"{heads} heads) but has shape {tuple(sinks.shape)}.")
 
 
 def _check_key_lengths_tensor(key_lengths, q) -> None:

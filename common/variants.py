@@ -29,6 +29,28 @@ Shapes: q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D].
 
 A query row that sees no key at all outputs zeros (SDPA would output NaN there); the tests
 check that convention. Every condition above is AND-ed.
+
+Beyond which keys a row sees, three arguments change the scores themselves (issue 31). For
+query i of head h and a visible key j, in this order (transformers' Gemma-2 eager attention:
+scale, softcap, then the mask; FlashAttention-2's `softmax_scale` and `softcap`):
+
+    s_ij = (q_i . k_j) * scale                 scale > 0; None = 1 / sqrt(D)
+    s_ij = softcap * tanh(s_ij / softcap)      softcap > 0 (Gemma-2: 50); None = no cap
+    s_ij = s_ij + mask_ij                      an additive float mask (logit units)
+    p_ij = exp(s_ij - M_i) / (sum_j' exp(s_ij' - M_i) + exp(sink_h - M_i)),
+           M_i = max(max_j s_ij, sink_h)       sinks [H_q] (logit units); None = no sink term
+    out_i = sum_j p_ij v_j
+
+  * scale: the softmax scale (Gemma's query_pre_attn_scalar ** -0.5) instead of a rescaled q.
+  * softcap: `softcap * tanh(scale * q.k / softcap)`, FlashAttention-2's definition and
+    transformers' Gemma-2 `attn_weights / softcap -> tanh -> * softcap`, before the mask.
+  * sinks: GPT-OSS's attention sinks (transformers' `s_aux`, `module.sinks`): one logit per
+    query head joins each row's softmax as a column with no value (transformers concatenates
+    it to the scores, subtracts the row max of the whole, and drops its probability), so a
+    row's weights sum to less than 1. The sink takes part in the max M_i (stability); -inf is
+    no sink. A row with no visible key still outputs zeros (its only weight is the sink's).
+    The row's log-sum-exp, lse_i = log(sum_j exp(s_ij) + exp(sink_h)), holds the sink exactly
+    once: a split of the keys whose partials are merged by their lse must add it in one split.
 """
 
 from __future__ import annotations
@@ -49,11 +71,23 @@ class Variant:
     mask: torch.Tensor | None = None
     key_lengths: torch.Tensor | None = None
     left_padding: bool = False
+    softcap: float | None = None
+    sinks: torch.Tensor | None = None
+    scale: float | None = None
 
     def kwargs(self) -> dict:
-        """Keyword arguments of task4.attention.flash_attention / task5's decode."""
-        return dict(causal=self.causal, window=self.window, stride=self.stride, mask=self.mask,
-                    key_lengths=self.key_lengths, left_padding=self.left_padding)
+        """Keyword arguments of task4.attention.flash_attention / task5's attention and decode.
+
+        softcap, sinks and scale only when given: task5's decode entries do not take them yet."""
+        found = dict(causal=self.causal, window=self.window, stride=self.stride, mask=self.mask,
+                     key_lengths=self.key_lengths, left_padding=self.left_padding)
+        found.update({name: value for name, value in self.score_kwargs().items()
+                      if value is not None})
+        return found
+
+    def score_kwargs(self) -> dict:
+        """softcap, sinks and scale: what changes the scores, not which keys are visible."""
+        return dict(softcap=self.softcap, sinks=self.sinks, scale=self.scale)
 
     def describe(self) -> str:
         parts = ["causal" if self.causal else "full"]
@@ -66,6 +100,12 @@ class Variant:
                          f"{list(self.mask.shape)}")
         if self.key_lengths is not None:
             parts.append("left-padded" if self.left_padding else "key lengths")
+        if self.softcap is not None:
+            parts.append(f"softcap {self.softcap:g}")
+        if self.sinks is not None:
+            parts.append("sinks")
+        if self.scale is not None:
+            parts.append(f"scale {self.scale:g}")
         return ", ".join(parts)
 
 
@@ -106,60 +146,123 @@ def keep_mask(batch: int, heads: int, seq_q: int, seq_k: int, variant: Variant,
     return keep
 
 
-def reference_attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                variant: Variant = Variant(),
-                                scale: float | None = None) -> torch.Tensor:
-    """The truth in float64: q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D] -> [B, H_q, S_q, D].
+def softmax_scale(head_dim: int, variant: Variant = Variant()) -> float:
+    """The variant's scale, or 1 / sqrt(head_dim) when it gives none."""
+    return 1.0 / math.sqrt(head_dim) if variant.scale is None else float(variant.scale)
 
-    Rows that see no key are 0. Runs per (batch, head) group so the float64 scores of one
-    query head at a time exist (a [S_q, S_k] matrix)."""
+
+def _reference_rows(q, k, v, variant: Variant, with_output: bool = True):
+    """The float64 truth, per query head: yields (h, out [B, S_q, D] or None, lse [B, S_q])."""
     batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
     if heads_q % heads_kv:
         raise ValueError(f"H_q {heads_q} is not a multiple of H_kv {heads_kv}.")
     group = heads_q // heads_kv
-    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    scale = softmax_scale(head_dim, variant)
     keep = keep_mask(batch, heads_q, seq_q, seq_k, variant, device=q.device)
     keep = keep.expand(batch, heads_q, seq_q, seq_k)
     bias = None
     if variant.mask is not None and variant.mask.dtype != torch.bool:
         bias = variant.mask.to(q.device, torch.float64).expand(batch, heads_q, seq_q, seq_k)
-    out = torch.zeros(batch, heads_q, seq_q, v.shape[-1], dtype=torch.float64, device=q.device)
+    sinks = None if variant.sinks is None else variant.sinks.to(q.device, torch.float64)
     for h in range(heads_q):
         kv = h // group
         scores = (q[:, h].double() @ k[:, kv].double().transpose(-2, -1)) * scale
+        if variant.softcap is not None:
+            scores = variant.softcap * torch.tanh(scores / variant.softcap)
         if bias is not None:
             scores = scores + torch.where(keep[:, h], bias[:, h], 0.0)
         scores = scores.masked_fill(~keep[:, h], float("-inf"))
-        probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)   # no visible key: 0
-        out[:, h] = probs @ v[:, kv].double()
+        top = scores.amax(dim=-1, keepdim=True)
+        if sinks is not None:                  # the sink takes part in the max
+            top = top.clamp(min=sinks[h])
+        top = torch.where(torch.isfinite(top), top, 0.0)   # no key (and no sink): stays 0
+        weights = torch.exp(scores - top)
+        total = weights.sum(dim=-1, keepdim=True)
+        if sinks is not None:
+            total = total + torch.exp(sinks[h] - top)
+        lse = (torch.log(total) + top).squeeze(-1)          # -inf: no key and no sink
+        out = None
+        if with_output:
+            out = ((weights / total).nan_to_num(0.0) @ v[:, kv].double())   # no key: 0
+        yield h, out, lse
+
+
+def reference_attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                variant: Variant = Variant()) -> torch.Tensor:
+    """The truth in float64: q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D] -> [B, H_q, S_q, D].
+
+    The formula of the module docstring (scale, softcap, mask, sinks). Rows that see no key are
+    0. Runs per query head so that the float64 scores of one head at a time exist (a
+    [B, S_q, S_k] tensor)."""
+    batch, heads_q, seq_q, _ = q.shape
+    out = torch.zeros(batch, heads_q, seq_q, v.shape[-1], dtype=torch.float64, device=q.device)
+    for h, rows, _ in _reference_rows(q, k, v, variant):
+        out[:, h] = rows
     return out
+
+
+def reference_lse_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          variant: Variant = Variant()) -> torch.Tensor:
+    """Each row's natural log-sum-exp in float64, [B, H_q, S_q]: log(sum_j exp(s_ij) +
+    exp(sink_h)) over the visible keys (the sink once); -inf for a row with neither."""
+    batch, heads_q, seq_q, _ = q.shape
+    lse = torch.empty(batch, heads_q, seq_q, dtype=torch.float64, device=q.device)
+    for h, _, rows in _reference_rows(q, k, v, variant, with_output=False):
+        lse[:, h] = rows
+    return lse
 
 
 def pytorch_attention_variant(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               variant: Variant = Variant()) -> torch.Tensor:
-    """PyTorch's own attention in the input dtype (SDPA with the materialised mask): the
-    yardstick of FlashAttention-2's error criterion. Rows with no visible key are 0."""
+    """PyTorch's own attention in the input dtype: the yardstick of FlashAttention-2's error
+    criterion, and task5.attention.attention on a CPU. Rows with no visible key are 0.
+
+    Without softcap and sinks: SDPA with the materialised mask (and the variant's scale).
+    With either, SDPA has no argument for them, so it is transformers' eager formula
+    (Gemma-2's, GPT-OSS's): scores, scale and softcap in the input dtype, the mask added, the
+    sinks concatenated as a last column, softmax in float32 or wider (Gemma-2 upcasts;
+    GPT-OSS's own softmax stays in the input dtype, which would only loosen the yardstick),
+    P V in the input dtype."""
     import torch.nn.functional as F
 
-    batch, heads_q, seq_q, _ = q.shape
+    batch, heads_q, seq_q, head_dim = q.shape
     heads_kv, seq_k = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
     keep = keep_mask(batch, heads_q, seq_q, seq_k, variant, device=q.device)
+    minus_inf = torch.tensor(float("-inf"), dtype=q.dtype, device=q.device)
     if variant.mask is not None and variant.mask.dtype != torch.bool:
-        attn_mask = torch.where(keep, variant.mask.to(q.device, q.dtype),
-                                torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
+        attn_mask = torch.where(keep, variant.mask.to(q.device, q.dtype), minus_inf)
     else:
         attn_mask = keep
     kk = k.repeat_interleave(group, dim=1) if group > 1 else k
     vv = v.repeat_interleave(group, dim=1) if group > 1 else v
-    # The math backend: PyTorch's plain formula in the input dtype (FlashAttention-2's own
-    # tests use the same yardstick), and no third-party kernel that compute-sanitizer would
-    # report under our tests (cuDNN's SDPA kernels show racecheck hazards of their own).
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    if variant.softcap is None and variant.sinks is None:
+        # The math backend: PyTorch's plain formula in the input dtype (FlashAttention-2's own
+        # tests use the same yardstick), and no third-party kernel that compute-sanitizer would
+        # report under our tests (cuDNN's SDPA kernels show racecheck hazards of their own).
+        from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.MATH):
-        out = F.scaled_dot_product_attention(q, kk, vv, attn_mask=attn_mask)
+        with sdpa_kernel(SDPBackend.MATH):
+            out = F.scaled_dot_product_attention(q, kk, vv, attn_mask=attn_mask,
+                                                 scale=variant.scale)
+    else:
+        scores = torch.matmul(q, kk.transpose(-2, -1)) * softmax_scale(head_dim, variant)
+        if variant.softcap is not None:
+            scores = torch.tanh(scores / variant.softcap) * variant.softcap
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+        upcast = torch.promote_types(q.dtype, torch.float32)
+        if variant.sinks is not None:
+            sinks = variant.sinks.to(q.device, q.dtype).reshape(1, heads_q, 1, 1)
+            scores = torch.cat([scores, sinks.expand(batch, heads_q, seq_q, 1)], dim=-1)
+            scores = scores - scores.amax(dim=-1, keepdim=True)
+            probs = torch.softmax(scores, dim=-1, dtype=upcast)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1, dtype=upcast)
+        out = torch.matmul(probs.nan_to_num(0.0).to(q.dtype), vv)
     any_key = keep.expand(batch, heads_q, seq_q, seq_k).any(dim=-1, keepdim=True)
     return torch.where(any_key, out.nan_to_num(0.0), torch.zeros((), dtype=q.dtype,
                                                                   device=q.device))

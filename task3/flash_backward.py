@@ -74,25 +74,14 @@ runs on a CPU; tests/test_flash_backward.py checks it against float64 autograd.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from common.inputs import check_grouped_qkv, check_tile_sizes
+from common.inputs import check_grouped_qkv, check_positive_number, check_tile_sizes
 
 
 # --- argument checks (at the boundary, one sentence per mistake) ------------------------------
-
-def _check_number(name: str, value) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a positive number or None, not {type(value).__name__} "
-                        f"{value!r}.")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive, finite number or None, got {value}.")
-
 
 def check_arguments(q, k, v, causal, rows_per_q_tile, rows_per_kv_tile, scale, softcap) -> float:
     """q [B, H_q, S_q, d], k and v [B, H_kv, S_k, d] with H_q % H_kv == 0, one floating dtype
@@ -101,8 +90,8 @@ def check_arguments(q, k, v, causal, rows_per_q_tile, rows_per_kv_tile, scale, s
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, not {type(causal).__name__} {causal!r}.")
     check_tile_sizes(rows_per_q_tile=rows_per_q_tile, rows_per_kv_tile=rows_per_kv_tile)
-    _check_number("scale", scale)
-    _check_number("softcap", softcap)
+    check_positive_number(scale, "scale")
+    check_positive_number(softcap, "softcap")
     return 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
 
 

@@ -8,7 +8,8 @@ check_attention_arguments). This group holds them to it: each bad call below is 
 every path its dtype can take (fp32: the course kernel, the strided classes, the grouped
 decode; fp16/bf16: the mma.sync kernel, the Hopper kernel on an H100/H200, the strided
 classes, the tensor-core and the CUDA-core decode), with the path forced, and must raise
-ValueError or TypeError whose sentence names the argument. First the same call without the
+ValueError or TypeError whose sentence names the argument (softcap, sinks and scale on the
+prefill paths only: the decode entries do not take them yet). First the same call without the
 mistake must run on that path (the Hopper path is also asked whether it takes it), so that
 each raise is the mistake's and not the inputs'. A path that skipped a check would either
 run (no exception: FAIL) or fail somewhere else (the wrong exception: FAIL).
@@ -78,6 +79,34 @@ def bad_calls(q, k, v, device) -> list[tuple[str, Callable[[dict], dict], str]]:
         ("q empty", tensor("q", lambda t: t[:, :, :0]), "empty"),
         ("k of another dtype", tensor("k", lambda t: t.to(torch.float16 if t.dtype != torch.float16
                                                           else torch.float32)), "dtype"),
+    ]
+
+
+def score_bad_calls(q, device) -> list[tuple[str, Callable[[dict], dict], str]]:
+    """Bad softcap, sinks and scale (the prefill entries take them; the decode entries do not
+    yet, so the group makes these calls on the prefill paths only)."""
+    heads = q.shape[1]
+
+    def with_(**changes):
+        return lambda call: {**call, **changes}
+
+    return [
+        ("softcap 0", with_(softcap=0.0), "softcap"),
+        ("softcap negative", with_(softcap=-30.0), "softcap"),
+        ("softcap inf", with_(softcap=float("inf")), "softcap"),
+        ("softcap NaN", with_(softcap=float("nan")), "softcap"),
+        ("softcap a string", with_(softcap="50"), "softcap"),
+        ("softcap True", with_(softcap=True), "softcap"),
+        ("scale 0", with_(scale=0.0), "scale"),
+        ("scale negative", with_(scale=-0.125), "scale"),
+        ("scale inf", with_(scale=float("inf")), "scale"),
+        ("scale a tensor", with_(scale=torch.tensor(0.125)), "scale"),
+        ("sinks a list", with_(sinks=[0.0] * heads), "sinks"),
+        ("sinks of dtype int64",
+         with_(sinks=torch.zeros(heads, dtype=torch.int64, device=device)), "dtype"),
+        ("sinks of the wrong shape", with_(sinks=torch.zeros(heads + 1, device=device)), "shape"),
+        ("sinks [1, H_q]", with_(sinks=torch.zeros(1, heads, device=device)), "shape"),
+        ("sinks on the CPU", with_(sinks=torch.zeros(heads)), "cpu"),
     ]
 
 
@@ -179,9 +208,10 @@ def arguments_group(args=None):
                     checks.append(Check(f"{dname} {path}: takes the call", False,
                                         "the Hopper kernel does not take the base inputs"))
                     continue
+                calls = bad_calls(q, k, v, device) + ([] if decode else score_bad_calls(q, device))
                 results = [check_raises(f"{dname} {path}: {name}", lambda e=edit: call(e(base)),
                                         exc_types=(ValueError, TypeError), must_mention=word)
-                           for name, edit, word in bad_calls(q, k, v, device)]
+                           for name, edit, word in calls]
             bad = [c for c in results if not c.passed]
             checks.append(Check(f"{dname} {path}: {len(results)} bad calls each raise a sentence "
                                 "naming the argument", not bad,
@@ -204,7 +234,7 @@ def cpu_check_cases() -> list[Check]:
                                              **kw)
 
         call(base)
-        for name, edit, word in bad_calls(q, k, v, "cpu"):
+        for name, edit, word in bad_calls(q, k, v, "cpu") + score_bad_calls(q, "cpu"):
             if word in ("cuda", "cpu", "contiguous"):
                 continue  # devices differ only on a GPU machine; kernel=False skips the layout
             checks.append(check_raises(f"{dname} {name}", lambda e=edit: call(e(base)),

@@ -49,7 +49,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     out: torch.Tensor | None = None, *, window: int | None = None,
                     stride: int = 1, mask: torch.Tensor | None = None,
                     key_lengths: torch.Tensor | None = None,
-                    left_padding: bool = False) -> torch.Tensor:
+                    left_padding: bool = False, softcap: float | None = None,
+                    sinks: torch.Tensor | None = None,
+                    scale: float | None = None) -> torch.Tensor:
     """softmax(q k^T / sqrt(head_dim) [+ mask]) v on the fused kernel.
 
     q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D]: CUDA tensors of one dtype, any strides
@@ -66,7 +68,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
       * stride: key j visible iff (pos(i) - j) % stride == 0;
       * mask: bool (True = keep) or additive float, broadcastable to [B, H_q, S_q, S_k];
       * key_lengths [B] int32: valid keys [0, len) per sequence, or with left_padding the
-        last len keys (transformers' left-padded batches).
+        last len keys (transformers' left-padded batches);
+      * scale (None = 1/sqrt(D)), softcap (scores -> softcap * tanh(scores / softcap) before
+        the mask, Gemma-2) and sinks ([H_q] logits, one extra softmax term per head with no
+        value, GPT-OSS): the scores are softcap * tanh(q.k * scale / softcap) + mask.
     A query row that sees no key outputs zeros. Key tiles that no row of a query tile can
     see are never loaded, so a sliding window costs S * window, not S^2.
 
@@ -74,33 +79,41 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     (common.inputs.check_attention_arguments), so each path gets the same sentences.
     """
     check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
-                              key_lengths=key_lengths, left_padding=left_padding)
+                              key_lengths=key_lengths, left_padding=left_padding,
+                              softcap=softcap, sinks=sinks, scale=scale)
     return flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
-                                     left_padding)
+                                     left_padding, softcap=softcap, sinks=sinks, scale=scale)
 
 
 def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
-                              left_padding):
+                              left_padding, *, softcap=None, sinks=None, scale=None):
     """flash_attention on arguments already checked (by flash_attention, or by
     task5.attention.attention): picks the kernel and runs it; no path below checks again."""
     if _strided_as_dense_classes(q, k, stride, window, mask, key_lengths):
-        return _strided_by_classes(q, k, v, causal, out, stride)
-    version = _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths)
+        return _strided_by_classes(q, k, v, causal, out, stride, softcap, sinks, scale)
+    version = _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths,
+                              softcap, sinks)
     if version is not None:
         from task4 import hopper
 
-        return hopper.flash_attention_hopper(q, k, v, causal, version, out)
+        return hopper.flash_attention_hopper(q, k, v, causal, version, out, scale=scale)
     ext = _extension()
-    fn = ext.flash_attention_mma if q.dtype in HALF_DTYPES else ext.flash_attention_fp32
-    return call_extension(fn, q, k, v, causal, out, window, stride, mask, key_lengths,
-                          left_padding)
+    if q.dtype in HALF_DTYPES:
+        return call_extension(ext.flash_attention_mma, q, k, v, causal, out, window, stride,
+                              mask, key_lengths, left_padding, None, softcap, sinks, scale)
+    if softcap is not None or sinks is not None or scale is not None:
+        raise NotImplementedError("softcap, sinks and scale are not in the fp32 kernel yet; "
+                                  "pass fp16 or bf16 tensors.")
+    return call_extension(ext.flash_attention_fp32, q, k, v, causal, out, window, stride, mask,
+                          key_lengths, left_padding)
 
 
 # The Hopper kernel (task4/flash_attention_hopper.cu) for fp16/bf16 on an H100 or H200, at
 # the rung of its ladder that measured fastest for the head_dim and mask (Results.md, "The
 # Hopper kernel"; at 64 the causal mask wastes more of v6's 192-row tiles on the diagonal);
-# everything it does not take (other head dims, windows, strides, masks, key lengths, other
-# GPUs, a failed build, a kernel that is not written yet) stays on the mma.sync kernel. On
+# everything it does not take (other head dims, windows, strides, masks, key lengths, softcap,
+# sinks, other GPUs, a failed build, a kernel that is not written yet) stays on the mma.sync
+# kernel (a custom scale it takes: it is only the exponent's factor). On
 # by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`) keeps fp16/bf16 on
 # the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
@@ -119,9 +132,12 @@ def hopper_prefill(enabled: bool):
         HOPPER_PREFILL = before
 
 
-def _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths) -> int | None:
+def _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths, softcap=None,
+                    sinks=None) -> int | None:
     """The Hopper kernel's version to run these inputs on, or None for the mma.sync kernel."""
     if not HOPPER_PREFILL or not isinstance(q, torch.Tensor) or q.dtype not in HALF_DTYPES:
+        return None
+    if softcap is not None or sinks is not None:   # not in the Hopper kernel yet (issue 31)
         return None
     version = HOPPER_VERSION.get((q.shape[-1], bool(causal)))
     if version is None or not _hopper_ready():
@@ -196,12 +212,14 @@ def _strided_as_dense_classes(q, k, stride, window, mask, key_lengths) -> bool:
             and q.shape[2] // stride >= STRIDE_CLASS_MIN_LENGTH)
 
 
-def _strided_by_classes(q, k, v, causal, out, stride):
+def _strided_by_classes(q, k, v, causal, out, stride, softcap, sinks, scale):
+    # softcap, scale and sinks act per score and per row: each class takes them as they are.
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     for r in range(stride):
         flash_attention_unchecked(q[:, :, r::stride], k[:, :, r::stride], v[:, :, r::stride],
-                                  causal, out[:, :, r::stride], None, 1, None, None, False)
+                                  causal, out[:, :, r::stride], None, 1, None, None, False,
+                                  softcap=softcap, sinks=sinks, scale=scale)
     return out
 
 class CustomFlashAttention(nn.Module):

@@ -21,11 +21,13 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
 // Both take attention variants (common/variants.py): q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D],
 // window (None = none), stride, a mask tensor, per-sequence key lengths.
 // lse, when given ([B, H_q, S_q] float32), receives each row's base-2 log-sum-exp.
+// softcap (logits), sinks ([H_q] logits) and scale (None = 1/sqrt(D)): common/variants.py.
 torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                   std::optional<torch::Tensor> out, std::optional<int64_t> window,
                                   int64_t stride, std::optional<torch::Tensor> mask,
                                   std::optional<torch::Tensor> key_lengths, bool left_padding,
-                                  std::optional<torch::Tensor> lse);
+                                  std::optional<torch::Tensor> lse, std::optional<double> softcap,
+                                  std::optional<torch::Tensor> sinks, std::optional<double> scale);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 4: fused FlashAttention-2 forward kernels";
@@ -42,5 +44,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none(),
         py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
         py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
-        py::arg("lse") = py::none());
+        py::arg("lse") = py::none(), py::arg("softcap") = py::none(), py::arg("sinks") = py::none(),
+        py::arg("scale") = py::none());
 }

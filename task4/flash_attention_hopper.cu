@@ -1422,7 +1422,7 @@ bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
 
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                      int64_t version, std::optional<torch::Tensor> out,
-                                     std::optional<torch::Tensor> lse) {
+                                     std::optional<torch::Tensor> lse, std::optional<double> scale) {
   // ---- validation: the same messages as the mma.sync kernel, then what only this one needs ----
   attn::check_cuda_tensor(q, "q");
   attn::check_cuda_tensor(k, "k");
@@ -1455,7 +1455,8 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
 
   torch::Tensor o = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
   hopper_attn::Params p;
-  mma_attn::set_problem(p, q, k, v, o, kv_group);
+  // A custom softmax scale is only the exponent's factor, p.scale_log2.
+  mma_attn::set_problem(p, q, k, v, o, kv_group, attn::softmax_scale(scale, q.size(3)));
   p.mask = attn::make_mask_params(q, k, causal, std::nullopt, 1, std::nullopt, std::nullopt, false, 1.f);
   mma_attn::set_lse(p, lse, q);
 

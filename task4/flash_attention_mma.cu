@@ -28,7 +28,9 @@
 //
 // Attention variants (GQA/MQA, S_q != S_k with bottom-right causal, sliding window, stride,
 // a mask tensor, per-sequence key lengths): common/csrc/attention_mask.cuh, evaluated on the
-// tiles that need it; key tiles no row can see are never loaded.
+// tiles that need it; key tiles no row can see are never loaded. A softcap (applied to every
+// tile's raw scores before the mask) and attention sinks (added to each row's denominator and
+// lse in the epilogue) run on the general instantiation; a custom scale is scale_log2.
 //
 // Measured speed: Results.md (rendered from results/<gpu>.json), against SDPA's FLASH and
 // cuDNN backends in the same run.
@@ -82,7 +84,8 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
                                   std::optional<torch::Tensor> out, std::optional<int64_t> window,
                                   int64_t stride, std::optional<torch::Tensor> mask,
                                   std::optional<torch::Tensor> key_lengths, bool left_padding,
-                                  std::optional<torch::Tensor> lse) {
+                                  std::optional<torch::Tensor> lse, std::optional<double> softcap,
+                                  std::optional<torch::Tensor> sinks, std::optional<double> scale) {
   // ---- validation: every bad input raises a Python ValueError / TypeError ----
   attn::check_cuda_tensor(q, "q");
   attn::check_cuda_tensor(k, "k");
@@ -133,11 +136,16 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
     o = torch::empty(q.sizes(), q.options());
   }
 
+  const double scale_value = attn::softmax_scale(scale, head_dim);
   mma_attn::Params p;
-  mma_attn::set_problem(p, q, k, v, o, kv_group);
-  // An additive mask value a (logit units) is a * sqrt(D) in the kernel's raw score units.
+  mma_attn::set_problem(p, q, k, v, o, kv_group, scale_value);
+  // An additive mask value a (logit units) is a / scale in the kernel's raw score units.
   p.mask = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths, left_padding,
-                                  static_cast<float>(std::sqrt(static_cast<double>(head_dim))));
+                                  static_cast<float>(1.0 / scale_value));
+  // Softcap and sinks run the general instantiation (run_config); the float32 sinks live
+  // until the launch below.
+  const std::optional<torch::Tensor> sink_values =
+      attn::set_score_transforms(p.mask, q, softcap, sinks, scale_value);
   mma_attn::set_lse(p, lse, q);
   if (o.scalar_type() == torch::kFloat32) p.out_float = o.data_ptr<float>();
 

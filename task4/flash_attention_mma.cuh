@@ -56,9 +56,11 @@ struct Params {
   int kv_group;         // H_q / H_kv: query head h reads K/V head h / kv_group (GQA, MQA)
   int seq_q, seq_k;     // queries and keys; the queries are the last seq_q positions
   int head_dim;         // D, a multiple of 8, <= the kernel's kHeadDim (the rest is zero-filled)
-  float scale_log2;     // log2(e) / sqrt(D): exp(x / sqrt(D)) == exp2(x * scale_log2)
-  attn::MaskParams mask;  // which keys each query sees (causal, window, lengths, ...)
-  float* lse;             // optional [B * H_q, seq_q] float32: base-2 log-sum-exp per row
+  float scale_log2;     // log2(e) * scale: exp(x * scale) == exp2(x * scale_log2)
+  attn::MaskParams mask;  // which keys each query sees (causal, window, ...); softcap, sinks
+  // Optional [B * H_q, seq_q] float32: base-2 log-sum-exp per row, with the row's sink (if
+  // any) counted once: a split of the keys merged by lse must pass the sinks to one split.
+  float* lse;
   // Optional: write O / l as float32 here (strides o_*) instead of `out` in q's dtype. A
   // split-KV decode merges its partial outputs by their lse; partials rounded to 16 bits
   // first would be rounded twice (once here, once after the merge).
@@ -67,10 +69,12 @@ struct Params {
 
 // The host side both entries share (this kernel's and the Hopper kernel's): q, k, v and out
 // [B, H, S, D] (shapes and strides already checked by the caller) into p; p.mask is the
-// caller's. exp(x / sqrt(D)) = exp2(x * log2(e) / sqrt(D)), with the true D, also when the
-// kernel's tile is wider (the padding columns are zero and add nothing to q.k).
+// caller's. `scale` is the softmax scale (attn::softmax_scale: 1/sqrt(D) with the true D
+// unless the caller gave one, also when the kernel's tile is wider: the padding columns are
+// zero and add nothing to q.k): exp(x * scale) = exp2(x * log2(e) * scale).
 inline void set_problem(Params& p, const torch::Tensor& q, const torch::Tensor& k,
-                        const torch::Tensor& v, const torch::Tensor& out, int kv_group) {
+                        const torch::Tensor& v, const torch::Tensor& out, int kv_group,
+                        double scale) {
   p.q = q.data_ptr();
   p.k = k.data_ptr();
   p.v = v.data_ptr();
@@ -93,7 +97,7 @@ inline void set_problem(Params& p, const torch::Tensor& q, const torch::Tensor& 
   p.seq_q = static_cast<int>(q.size(2));
   p.seq_k = static_cast<int>(k.size(2));
   p.head_dim = static_cast<int>(q.size(3));
-  p.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(q.size(3))));
+  p.scale_log2 = static_cast<float>(1.4426950408889634 * scale);
   p.lse = nullptr;
   p.out_float = nullptr;
 }
@@ -504,6 +508,19 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
     }
   }
 
+  // ---- softcap (Gemma-2): every visited tile's raw scores, before the mask adds its bias.
+  // A uniform branch of the general instantiation only: the dense kernels have no such code.
+  if constexpr (kGeneral) {
+    if (p.mask.softcap > 0.0) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][j][e] = attn::softcap_score(s[mt][j][e], p.mask);
+    }
+  }
+
   // ---- mask: the one predicate of attention_mask.cuh (sequence end, causal, window,
   // lengths, stride, mask tensor), only on the tiles that need it (a uniform branch): the
   // tail tile and the tiles across the diagonal or the window's edge.
@@ -537,7 +554,7 @@ __device__ __forceinline__ void process_key_tile(const Params& p, const CtaTiles
     cp_async_commit();
   }
 
-  // ---- online softmax (the 1/sqrt(D) scale folded into exp2) ----
+  // ---- online softmax (the softmax scale folded into exp2) ----
   const float scale_log2 = p.scale_log2;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
@@ -755,13 +772,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       // l >= 1 for a row that saw a key (its maximum contributes exp2(0) = 1); 0 otherwise.
-      const float inv_l = l > 0.f ? __fdividef(1.f, l) : 0.f;
+      float inv_l = l > 0.f ? __fdividef(1.f, l) : 0.f;
+      // An attention sink joins the max and the denominator once, here: O's factor becomes
+      // keys / total, and the lse top + log2(total) (attn::sink_term; base 2).
+      [[maybe_unused]] float sink_top = 0.f, sink_total = 0.f;
+      if constexpr (kGeneral) {
+        if (p.mask.sinks != nullptr) {
+          const attn::SinkTerm sink = attn::sink_term(p.mask.sinks[head], row_max[h] * p.scale_log2);
+          sink_top = sink.top;
+          sink_total = fmaf(l, sink.keys, sink.sink);
+          inv_l = sink_total > 0.f ? sink.keys / sink_total : 0.f;
+        }
+      }
       const int row = warp_row0 + mt * 16 + g + h * 8;
       // Optional: the row's log-sum-exp in base 2 (what a split-KV decode needs to merge the
-      // results of several key ranges); -inf for a row without a visible key.
-      if (p.lse != nullptr && t == 0 && cta.m_start + row < seq_q)
+      // results of several key ranges); -inf for a row without a visible key (nor sink).
+      if (p.lse != nullptr && t == 0 && cta.m_start + row < seq_q) {
+        float lse2 = l > 0.f ? fmaf(row_max[h], p.scale_log2, __log2f(l)) : -INFINITY;
+        if constexpr (kGeneral) {
+          if (p.mask.sinks != nullptr)
+            lse2 = sink_total > 0.f ? sink_top + __log2f(sink_total) : -INFINITY;
+        }
         p.lse[(static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * seq_q + cta.m_start + row] =
-            l > 0.f ? fmaf(row_max[h], p.scale_log2, __log2f(l)) : -INFINITY;
+            lse2;
+      }
       if (p.out_float != nullptr) {  // float32 partials: straight from the registers
         if (cta.m_start + row < seq_q) {
           float* o_row = p.out_float + batch * p.o_batch_stride + head * p.o_head_stride +
@@ -894,7 +928,8 @@ const char* run_bf16_d96(const Params& p, int config, cudaStream_t stream);
 const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream);
 
 // The body of each run_<dtype>_d<head_dim>: pick the instantiation. A pattern beyond causal
-// (window, stride, lengths, a mask tensor) runs the general predicate on configuration G.
+// (window, stride, lengths, a mask tensor) or a softcap or sinks runs the general
+// instantiation on configuration G.
 template <typename Element, typename CG, typename C0, typename C1 = C0, typename C2 = C0,
           typename C16 = C0>
 const char* run_config(const Params& p, int config, cudaStream_t stream) {

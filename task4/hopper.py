@@ -3,7 +3,7 @@ extension `custom_flash_attention_hopper` built for sm_90a only.
 
     available()                                   True only on a compute capability 9.0 GPU
     supports(q, k, v, causal, out=None, ...)      whether the kernel takes these inputs
-    flash_attention_hopper(q, k, v, causal=False, version=3, out=None, lse=None)
+    flash_attention_hopper(q, k, v, causal=False, version=3, out=None, lse=None, scale=None)
 
 `version` picks a rung of the ladder the kernel file describes: 1 = wgmma with cp.async
 loads, 2 = TMA + mbarrier pipeline, 3 = warp-specialized producer/consumer warpgroups, 4 = 3 with
@@ -123,13 +123,17 @@ def supports(q, k, v, causal: bool = False, out=None, *, window=None, stride: in
 
 def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                            version: int = 3, out: torch.Tensor | None = None,
-                           lse: torch.Tensor | None = None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v on the Hopper kernel; q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D].
+                           lse: torch.Tensor | None = None,
+                           scale: float | None = None) -> torch.Tensor:
+    """softmax(q k^T * scale) v on the Hopper kernel (scale None = 1/sqrt(D)); q [B, H_q, S_q, D],
+    k/v [B, H_kv, S_k, D].
 
     Returns a new [B, H_q, S_q, D] tensor or writes `out`. Inputs it does not take raise
-    ValueError / TypeError naming why (check `supports` first to fall back instead).
+    ValueError / TypeError naming why (check `supports` first to fall back instead). Softcap
+    and sinks are not in this kernel yet (task4.attention routes them to the mma.sync one).
     """
-    return call_extension(load().flash_attention_hopper, q, k, v, causal, version, out, lse)
+    return call_extension(load().flash_attention_hopper, q, k, v, causal, version, out, lse,
+                          scale)
 
 
 if __name__ == "__main__":

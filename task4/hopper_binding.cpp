@@ -9,10 +9,11 @@
 // contiguous last dimension that are multiples of 16 bytes. version: 1 (wgmma, cp.async),
 // 2 (TMA + mbarrier pipeline), 3 (warp-specialized producer/consumers), 4 (3 + softmax
 // overlapping P V), 5 (4 + the consumers taking turns). Writes `out` when
-// given; `lse` ([B, H_q, S_q] float32) receives each row's base-2 log-sum-exp.
+// given; `lse` ([B, H_q, S_q] float32) receives each row's base-2 log-sum-exp; `scale` is the
+// softmax scale (None = 1/sqrt(D)).
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                      int64_t version, std::optional<torch::Tensor> out,
-                                     std::optional<torch::Tensor> lse);
+                                     std::optional<torch::Tensor> lse, std::optional<double> scale);
 // Whether flash_attention_hopper takes these inputs on this GPU (never raises).
 bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                      std::optional<torch::Tensor> out, std::optional<int64_t> window, int64_t stride,
@@ -23,7 +24,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flash_attention_hopper", &flash_attention_hopper,
         "FlashAttention forward on sm_90a, fp16/bf16, q/k/v [B, H, S, D]", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("version") = 3,
-        py::arg("out") = py::none(), py::arg("lse") = py::none());
+        py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("scale") = py::none());
   m.def("hopper_supports", &hopper_supports,
         "True when flash_attention_hopper takes these inputs on this GPU", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("out") = py::none(), py::arg("window") = py::none(),

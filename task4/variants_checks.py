@@ -11,7 +11,9 @@ These groups run from `python -m task4.test` and from pytest (tests/test_variant
                    multiples), S_q != S_k both ways, head dims 8..128, GQA ratios 1, 2, 4, 8, H,
                    windows below and above a tile, strides 1..8, random masks with fully masked
                    rows, additive masks, varlen and left-padded keys, logits in the hundreds,
-                   strided views, fp32/fp16/bf16
+                   strided views, fp32/fp16/bf16; softcap, attention sinks and a custom scale,
+                   alone and with causal/GQA/window/masks/key lengths, S_q = 1 (also through
+                   task5.attention.attention), and each row's lse with sinks (mma.sync)
   variants-inputs  bad descriptions raise ValueError/TypeError with a sentence
   strided          the strided-attention task: a naive PyTorch reference, our kernel against
                    it, and a benchmark against SDPA given the materialised mask
@@ -25,6 +27,7 @@ match bit for bit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import statistics
 
@@ -33,7 +36,7 @@ import torch
 from common.checks import Check, check_raises, random_qkv
 from common.harness import gpu_group
 from common.timing import attention_flops, interleaved_samples, tflops, time_cuda
-from common.variants import Variant, check_variant, keep_mask
+from common.variants import Variant, check_variant, keep_mask, reference_lse_variant
 from task4 import attention as attention_module
 from task4.attention import flash_attention, hopper_prefill
 from task4.manifest import STRIDE_CASES, WINDOW_CASE, variant_prefix
@@ -107,6 +110,21 @@ SWEEP = [
     (2, 4, 4, 300, 300, 64, "causal", "large"), (2, 4, 2, 300, 500, 128, "window100", "large"),
     (1, 4, 4, 257, 257, 64, "mask-float", "large"),
     (2, 4, 2, 257, 300, 64, "causal", "strided"), (2, 4, 4, 200, 200, 128, "window30", "strided"),
+    # softcap, sinks and scale (options; see score_options), alone and combined
+    (2, 4, 4, 113, 113, 64, "causal", "softcap30"), (2, 4, 4, 300, 300, 128, "full", "softcap5"),
+    (2, 4, 4, 300, 300, 64, "causal", "softcap20+large"),
+    (2, 8, 2, 257, 300, 64, "causal", "sinks"), (2, 4, 4, 200, 200, 128, "full", "sinks32"),
+    (2, 4, 4, 300, 300, 64, "causal", "sinks+large"),
+    (2, 4, 4, 200, 200, 64, "causal", "scale0.05"), (3, 4, 2, 200, 300, 64, "lengths", "scale0.1"),
+    (2, 4, 2, 130, 200, 40, "causal", "scale0.3+softcap10"),
+    (1, 4, 4, 1, 300, 128, "causal", "sinks+softcap20"), (2, 8, 1, 1, 77, 64, "full", "sinks32"),
+    (1, 2, 2, 1023, 1023, 128, "causal", "softcap50+sinks32"),
+    (2, 4, 2, 1023, 1023, 128, "window100", "softcap50+sinks"),
+    (3, 4, 2, 300, 300, 64, "left", "sinks+softcap30"),
+    (2, 4, 4, 200, 200, 64, "mask-bool", "sinks"),
+    (2, 4, 4, 100, 100, 64, "mask-float", "softcap20+sinks+scale0.2"),
+    (1, 4, 4, 300, 300, 64, "stride3", "softcap30+sinks"),
+    (2, 8, 2, 257, 257, 128, "causal", "softcap50+sinks+scale0.0625+large"),
 ]
 
 
@@ -133,6 +151,34 @@ def sweep_variant(pattern: str, batch, heads_q, seq_q, seq_k, dtype, gen, device
                    key_lengths=lengths, left_padding=left)
 
 
+def _sinks(heads: int, seq_k: int, dtype, gen, device) -> torch.Tensor:
+    """[heads] attention sinks of the size a row's log-sum-exp has (log S_k, so that they
+    change every output), one head with no sink (-inf) and one whose sink dominates (+20)."""
+    sinks = math.log(seq_k) + 2 * torch.randn(heads, device=device, generator=gen)
+    if heads > 1:
+        sinks[0] = float("-inf")
+        sinks[-1] = math.log(seq_k) + 20.0
+    return sinks.to(dtype)
+
+
+def score_options(options: str, heads_q: int, seq_k: int, dtype, gen, device) -> dict:
+    """softcap, sinks and scale from a SWEEP case's options ("softcap30+sinks+scale0.1"):
+    softcap<c>, scale<s>, sinks (in q's dtype, as a model's parameter) or sinks32 (float32).
+    The other options ("large", "strided") are the inputs' and left out here."""
+    found = {}
+    for token in filter(None, options.split("+")):
+        if token.startswith("softcap"):
+            found["softcap"] = float(token.removeprefix("softcap"))
+        elif token.startswith("scale"):
+            found["scale"] = float(token.removeprefix("scale"))
+        elif token in ("sinks", "sinks32"):
+            found["sinks"] = _sinks(heads_q, seq_k, torch.float32 if token == "sinks32" else dtype,
+                                    gen, device)
+        elif token not in ("large", "strided"):
+            raise ValueError(f"unknown SWEEP option {token!r} in {options!r}")
+    return found
+
+
 def _run(variant: Variant, q, k, v):
     return lambda out: flash_attention(q, k, v, out=out, **variant.kwargs())
 
@@ -151,12 +197,15 @@ def _stride_predicate():
 def _sweep_checks(cases, dtypes, gen, device) -> list[Check]:
     checks = []
     for b, hq, hkv, sq, sk, d, pattern, options in cases:
+        tokens = options.split("+")
         for dname in dtypes:
             dtype = DTYPES[dname]
-            scale = LARGE if "large" in options else 1.0
+            scale = LARGE if "large" in tokens else 1.0
             q, k, v = _case_inputs(b, hq, hkv, sq, sk, d, dtype, gen, device, scale=scale,
-                                   strided="strided" in options)
+                                   strided="strided" in tokens)
             variant = sweep_variant(pattern, b, hq, sq, sk, dtype, gen, device)
+            variant = dataclasses.replace(variant, **score_options(options, hq, sk, dtype, gen,
+                                                                   device))
             name = (f"{dname} B{b} Hq{hq}/Hkv{hkv} Sq{sq} Sk{sk} D{d}: {variant.describe()}"
                     + (f" ({options})" if options else ""))
             checks.append(check_variant(name, _run(variant, q, k, v), q, k, v, variant))
@@ -164,6 +213,79 @@ def _sweep_checks(cases, dtypes, gen, device) -> list[Check]:
                 with _stride_predicate():
                     checks.append(check_variant(name + " [per-element predicate]",
                                                 _run(variant, q, k, v), q, k, v, variant))
+            if variant.scale is not None and dtype != torch.float32 and _on_hopper():
+                # A custom scale alone may run on the Hopper kernel: the mma.sync kernel too.
+                with hopper_prefill(False):
+                    checks.append(check_variant(name + " [mma.sync]", _run(variant, q, k, v),
+                                                q, k, v, variant))
+    return checks
+
+
+def _on_hopper() -> bool:
+    from task4 import hopper
+
+    return hopper.available()
+
+
+def _one_row_checks(dtypes, gen, device) -> list[Check]:
+    """S_q = 1 with softcap, sinks or scale through task5.attention.attention: the decode
+    kernels do not take them yet, so the row runs on the prefill kernels."""
+    from task5.attention import attention
+
+    checks = []
+    for dname in dtypes:
+        dtype = DTYPES[dname]
+        q, k, v = _case_inputs(3, 8, 2, 1, 300, 128, dtype, gen, device)
+        lengths = torch.tensor([300, 17, 0], dtype=torch.int32, device=device)
+        for variant in (Variant(causal=True, softcap=30.0),
+                        Variant(causal=True, sinks=_sinks(8, 300, dtype, gen, device)),
+                        Variant(causal=True, scale=0.2, key_lengths=lengths),
+                        Variant(causal=True, window=50, softcap=20.0, scale=0.1,
+                                sinks=_sinks(8, 300, torch.float32, gen, device))):
+            def run(out, variant=variant, q=q, k=k, v=v):
+                return attention(q, k, v, out=out, **variant.kwargs())
+
+            checks.append(check_variant(f"{dname} task5.attention.attention B3 Hq8/Hkv2 Sq1 "
+                                        f"Sk300 D128: {variant.describe()}", run, q, k, v,
+                                        variant))
+    return checks
+
+
+# The lse the tensor-core kernel writes (base 2) against the float64 truth: the sink counted
+# once (a missing or doubled sink moves it by log(1 + e^(sink - lse)), here ~0.06 or more).
+LSE_TOLERANCE = 1e-3
+
+
+def _lse_checks(gen, device) -> list[Check]:
+    ext = attention_module._extension()
+    checks = []
+    for dname in ("fp16", "bf16"):
+        dtype = DTYPES[dname]
+        q, k, v = _case_inputs(2, 4, 2, 77, 200, 64, dtype, gen, device)
+        keep = torch.rand(2, 1, 77, 200, device=device, generator=gen) < 0.7
+        keep[:, :, 5] = False                                  # rows that see no key
+        sinks = _sinks(4, 200, torch.float32, gen, device)
+        for variant in (Variant(causal=True, sinks=sinks),
+                        Variant(causal=True, softcap=20.0, scale=0.2, sinks=sinks),
+                        Variant(mask=keep, sinks=sinks), Variant(causal=True, softcap=20.0)):
+            name = f"{dname} mma.sync lse B2 Hq4/Hkv2 Sq77 Sk200 D64: {variant.describe()}"
+            lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=device)
+            try:
+                ext.flash_attention_mma(q, k, v, variant.causal, None, None, 1, variant.mask,
+                                        None, False, lse, variant.softcap, variant.sinks,
+                                        variant.scale)
+            except (RuntimeError, ValueError, TypeError) as err:
+                checks.append(Check(name, False, f"raised {type(err).__name__}: {err}"))
+                continue
+            ours = lse.double() * math.log(2.0)
+            truth = reference_lse_variant(q, k, v, variant)
+            same_inf = torch.equal(torch.isinf(ours), torch.isinf(truth)) and torch.equal(
+                ours[torch.isinf(ours)], truth[torch.isinf(truth)])
+            finite = torch.isfinite(truth)
+            err = (ours[finite] - truth[finite]).abs().max().item() if finite.any() else 0.0
+            ok = same_inf and not torch.isnan(ours).any() and err <= LSE_TOLERANCE
+            checks.append(Check(name, ok, f"max |lse - lse64| {err:.1e} (<= {LSE_TOLERANCE:g})"
+                                + ("" if same_inf else "; the -inf rows differ")))
     return checks
 
 
@@ -174,7 +296,10 @@ def variants_small_group(args=None):
         return failed, {}
     small = [(2, 4, 2, 17, 33, 64, p, "") for p in
              ("causal", "full", "window5", "stride3", "mask-bool", "mask-float", "lengths",
-              "left-window4")] + [(1, 4, 1, 5, 70, 128, "causal", ""), (1, 2, 2, 1, 1, 8, "full", "")]
+              "left-window4")] + [(1, 4, 1, 5, 70, 128, "causal", ""), (1, 2, 2, 1, 1, 8, "full", ""),
+                                  (2, 4, 2, 17, 33, 64, "causal", "softcap20+sinks+scale0.2"),
+                                  (2, 4, 2, 17, 33, 64, "mask-float", "sinks32"),
+                                  (1, 4, 1, 1, 70, 128, "causal", "sinks+softcap30")]
     return _sweep_checks(small, DTYPES, gen, device), {}
 
 
@@ -182,7 +307,8 @@ def variants_group(args=None):
     device, gen, failed = gpu_group("variants", args)
     if failed:
         return failed, {}
-    return _sweep_checks(SWEEP, DTYPES, gen, device), {}
+    return (_sweep_checks(SWEEP, DTYPES, gen, device) + _one_row_checks(DTYPES, gen, device)
+            + _lse_checks(gen, device)), {}
 
 
 def variants_inputs_group(args=None):

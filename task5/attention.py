@@ -290,30 +290,37 @@ def _decode_on_tensor_cores(q, k, v, splits: int, out):
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               window: int | None = None, stride: int = 1, mask: torch.Tensor | None = None,
               key_lengths: torch.Tensor | None = None, left_padding: bool = False,
-              out: torch.Tensor | None = None) -> torch.Tensor:
+              out: torch.Tensor | None = None, softcap: float | None = None,
+              sinks: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
     """Attention with every variant of common/variants.py on the fastest kernel that fits.
 
     q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D] -> [B, H_q, S_q, D]. On the GPU one query row
     (S_q == 1) runs the decode kernel, more run task 4's prefill kernels; on the CPU it is
     PyTorch's attention in the input dtype (common.variants.pytorch_attention_variant), the
     twin the tests compare with. The arguments are checked once, here, whichever runs.
+    softcap, sinks and scale (common/variants.py) run on the prefill kernels, S_q == 1 too.
     """
     check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
                               key_lengths=key_lengths, left_padding=left_padding,
+                              softcap=softcap, sinks=sinks, scale=scale,
                               kernel=isinstance(q, torch.Tensor) and q.is_cuda)
     if not q.is_cuda:
         from common.variants import Variant, pytorch_attention_variant
 
         result = pytorch_attention_variant(q, k, v, Variant(causal, window, stride, mask,
-                                                            key_lengths, left_padding))
+                                                            key_lengths, left_padding, softcap,
+                                                            sinks, scale))
         return result if out is None else out.copy_(result)
-    if q.shape[2] == 1:
+    # The decode kernels do not take softcap, sinks or scale yet: such a query row goes to the
+    # prefill kernels, which handle S_q == 1 as well (one query tile, mostly empty).
+    scores_changed = softcap is not None or sinks is not None or scale is not None
+    if q.shape[2] == 1 and not scores_changed:
         return _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths,
                                       left_padding, out, None)
     from task4.attention import flash_attention_unchecked
 
     return flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
-                                     left_padding)
+                                     left_padding, softcap=softcap, sinks=sinks, scale=scale)
 
 
 def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

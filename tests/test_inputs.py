@@ -115,3 +115,58 @@ def test_keys_longer_than_queries_are_bottom_right_aligned(seq_q, seq_k, br, bc,
     if causal:   # the reference's mask is the bottom-right one: query i sees key j <= i + Sk - Sq
         keep = causal_keep_mask(seq_q, seq_k)
         assert keep[0, seq_k - seq_q] and (seq_k - seq_q + 1 >= seq_k or not keep[0, seq_k - seq_q + 1])
+
+
+# --- softcap, sinks and scale of the attention entries (common.inputs.check_attention_arguments)
+
+def _qkv(dtype=torch.float16):
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 5, 16, generator=gen).to(dtype)
+    k, v = (torch.randn(2, 2, 7, 16, generator=gen).to(dtype) for _ in range(2))
+    return q, k, v
+
+
+@pytest.mark.parametrize("arguments, error, words", [
+    (dict(softcap=0.0), ValueError, "softcap must be a positive, finite number or None, got 0.0"),
+    (dict(softcap=-50.0), ValueError, "softcap must be a positive, finite number"),
+    (dict(softcap=float("inf")), ValueError, "softcap must be a positive, finite number"),
+    (dict(softcap=float("nan")), ValueError, "softcap must be a positive, finite number"),
+    (dict(softcap="50"), TypeError, "softcap must be a positive number or None, not str"),
+    (dict(softcap=True), TypeError, "softcap must be a positive number or None, not bool"),
+    (dict(scale=0), ValueError, "scale must be a positive, finite number or None, got 0"),
+    (dict(scale=float("-inf")), ValueError, "scale must be a positive, finite number"),
+    (dict(scale=torch.tensor(0.1)), TypeError, "scale must be a positive number or None, not Tensor"),
+    (dict(sinks=[0.0] * 4), TypeError, r"sinks must be a float tensor of shape \[4\]"),
+    (dict(sinks=torch.zeros(4, dtype=torch.int32)), TypeError, "sinks has dtype torch.int32"),
+    (dict(sinks=torch.zeros(4, dtype=torch.float64)), TypeError, "sinks has dtype torch.float64"),
+    (dict(sinks=torch.zeros(2)), ValueError, r"sinks must have shape \[4\] .* has shape \(2,\)"),
+    (dict(sinks=torch.zeros(1, 4)), ValueError, r"sinks must have shape \[4\]"),
+    (dict(sinks=torch.zeros(4, device="meta")), ValueError, "sinks is on meta but q is on cpu"),
+])
+def test_attention_score_arguments_are_checked(arguments, error, words):
+    from common.inputs import check_attention_arguments
+
+    q, k, v = _qkv()
+    with pytest.raises(error, match=words):
+        check_attention_arguments(q, k, v, kernel=False, **arguments)
+
+
+@pytest.mark.parametrize("arguments", [
+    dict(softcap=50), dict(softcap=30.0, scale=0.0625), dict(sinks=torch.zeros(4)),
+    dict(sinks=torch.full((4,), float("-inf"), dtype=torch.float16)),
+    dict(sinks=torch.zeros(4, dtype=torch.bfloat16), softcap=1e-3, scale=1e3)])
+def test_attention_score_arguments_that_are_fine(arguments):
+    from common.inputs import check_attention_arguments
+
+    check_attention_arguments(*_qkv(), kernel=False, **arguments)
+
+
+def test_attention_score_arguments_are_checked_before_routing():
+    """task5.attention.attention refuses them before it picks a path (here, PyTorch's twin)."""
+    from task5.attention import attention
+
+    q, k, v = _qkv(torch.float32)
+    with pytest.raises(ValueError, match="softcap"):
+        attention(q, k, v, softcap=-1.0)
+    with pytest.raises(ValueError, match="sinks"):
+        attention(q[:, :, :1], k, v, sinks=torch.zeros(3))

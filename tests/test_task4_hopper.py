@@ -245,11 +245,13 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     monkeypatch.setattr(attention, "_hopper_ready", lambda: True)
     monkeypatch.setattr(hopper, "supports", lambda q, *a, **kw: q.shape[2] != 5)
     monkeypatch.setattr(hopper, "flash_attention_hopper",
-                        lambda q, k, v, causal, version, out: calls.append(version) or q)
+                        lambda q, k, v, causal, version, out, lse=None, scale=None:
+                        calls.append((version, scale)) or q)
 
     def route(dtype, seq, head_dim, causal=False, **variant):
         q = torch.zeros(1, 2, seq, head_dim, dtype=dtype)
-        return attention._hopper_version(q, q, q, causal, None, variant.get("window"), 1, None, None)
+        return attention._hopper_version(q, q, q, causal, None, variant.get("window"), 1, None,
+                                         None, variant.get("softcap"), variant.get("sinks"))
 
     chosen = {d: attention.HOPPER_VERSION[(d, False)] for d in (64, 128)}
     assert set(attention.HOPPER_VERSION) == {(d, c) for d in (64, 128) for c in (False, True)}
@@ -260,8 +262,12 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     assert route(torch.float32, 8, 128) is None      # fp32: the course kernel
     assert route(torch.float16, 8, 96) is None       # no rung measured for head_dim 96
     assert route(torch.float16, 5, 64) is None       # the kernel's own supports() says no
+    assert route(torch.float16, 8, 128, softcap=30.0) is None   # not in the Hopper kernel yet
+    assert route(torch.float16, 8, 128, sinks=torch.zeros(2)) is None
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
-    assert attention.flash_attention(q, q, q) is q and calls == [chosen[64]]
+    assert attention.flash_attention(q, q, q) is q and calls == [(chosen[64], None)]
+    assert attention.flash_attention(q, q, q, scale=0.2) is q          # a scale it takes
+    assert calls[-1] == (chosen[64], 0.2)
     with attention.hopper_prefill(False):
         assert route(torch.float16, 8, 128) is None
     assert route(torch.float16, 8, 128) == chosen[128]

@@ -14,6 +14,18 @@
 //     and mask[b, h, i, j] keeps it                       bool, or additive float (-inf drops)
 //   A row with no visible key outputs zeros.
 //
+// Beyond visibility, three arguments change the scores (issue 31; common/variants.py has the
+// formula and its sources). With s = q.k * scale (scale: 1/sqrt(D) unless given) in logits:
+//     s -> softcap * tanh(s / softcap)                    softcap (Gemma-2), before the mask
+//     s -> s + mask[b, h, i, j]                           an additive mask, after the softcap
+//     denominator += exp(sink[h])                         sinks (GPT-OSS), no value attached
+// The kernels keep raw scores q.k (the scale is folded into their exp2), so the host converts:
+// a cap c in logits is c / scale in raw units (c * tanh(s / c) = scale * c' * tanh(r / c')
+// with r = s / scale, c' = c / scale), and an additive mask value a is a / scale. A softcap or
+// sinks run the general instantiation (general()): the softcap on every tile's scores before
+// the mask (softcap_score), the sink once per row at the end (sink_term), so the dense kernels
+// pay nothing for them. KeyMask itself (what the decode kernels share) does not change.
+//
 // Two instantiations of the predicate: KeyMask<false> knows only the sequence end and the
 // causal diagonal (the course's dense attention: nothing but two comparisons, so the dense
 // kernels are as fast as before), KeyMask<true> the whole description. A kernel asks it per
@@ -30,6 +42,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 
 #include "attention_checks.cuh"
 
@@ -54,10 +67,16 @@ struct MaskParams {
   int mask_kind = kNoMask;
   int64_t mask_stride_b = 0, mask_stride_h = 0, mask_stride_q = 0, mask_stride_k = 0;  // elements
   float mask_scale = 1.f;              // additive mask value -> the kernel's score units
+  // The score transforms (set_score_transforms). softcap: 0 for none, else the cap in the
+  // kernel's raw score units (logit cap / scale), and softcap_inv = 1 / softcap; double so
+  // that the fp32 kernel's double scores lose nothing to them.
+  double softcap = 0.0, softcap_inv = 0.0;
+  const float* sinks = nullptr;        // [H_q] float32 logits on the device, or nullptr
 
   // Anything beyond the sequence end and the causal diagonal (host side: picks the kernel).
   bool general() const {
-    return window > 0 || stride > 1 || key_lengths != nullptr || mask != nullptr;
+    return window > 0 || stride > 1 || key_lengths != nullptr || mask != nullptr ||
+           softcap > 0.0 || sinks != nullptr;
   }
 };
 
@@ -192,6 +211,45 @@ struct KeyMask {
   }
 };
 
+// The softcap of p (p.softcap > 0; the caller checks): softcap * tanh(score / softcap) in raw
+// score units, on every tile's scores before the mask is applied (transformers' Gemma-2
+// order). An accurate tanh (tanhf: 2 ulp; double for the fp32 kernel's double scores): the
+// capped logit's absolute error, the cap times tanh's, is what the softmax sees.
+template <class Score>
+__device__ __forceinline__ Score softcap_score(Score score, const MaskParams& p) {
+  if constexpr (std::is_same_v<Score, double>) {
+    return p.softcap * tanh(score * p.softcap_inv);
+  } else {
+    return static_cast<float>(p.softcap) * tanhf(score * static_cast<float>(p.softcap_inv));
+  }
+}
+
+// An attention sink (GPT-OSS) joins a row's softmax once, at the end, as a term with no value:
+// given the row's running max in base-2 logit units (m2 = m_raw * scale_log2; -inf when the
+// row saw no key), the sink takes part in the max, top = max(m2, sink2), and the row's
+// unnormalised output O and sum l (both relative to m2) become relative to top:
+//     out = O * keys / (l * keys + sink),   lse2 = top + log2(l * keys + sink)
+// with keys = exp2(m2 - top), sink = exp2(sink2 - top). A row without keys gets out 0 and
+// lse2 = sink2; with a -inf sink too, keys = sink = 0 (the caller writes 0 and -inf).
+struct SinkTerm {
+  float top;   // max(m2, sink2), base 2
+  float keys;  // exp2(m2 - top): the factor of the keys' sum and output
+  float sink;  // exp2(sink2 - top): the sink's term of the denominator
+};
+
+__device__ __forceinline__ SinkTerm sink_term(float sink_logit, float m2) {
+  SinkTerm t;
+  const float sink2 = sink_logit * 1.4426950408889634f;  // log2(e)
+  t.top = fmaxf(m2, sink2);
+  if (t.top == -INFINITY) {
+    t.keys = t.sink = 0.f;
+  } else {
+    t.keys = exp2f(m2 - t.top);
+    t.sink = exp2f(sink2 - t.top);
+  }
+  return t;
+}
+
 // ---- host side: validate the description and fill MaskParams -----------------------------
 
 // q [B, H_q, S_q, D], k [B, H_kv, S_k, D] (validated by the caller). Raises a Python
@@ -269,6 +327,45 @@ inline MaskParams make_mask_params(const torch::Tensor& q, const torch::Tensor& 
     p.mask_scale = mask_scale;
   }
   return p;
+}
+
+// The softmax scale: `scale` (validated: positive and finite) or 1 / sqrt(head_dim).
+inline double softmax_scale(std::optional<double> scale, int64_t head_dim) {
+  if (!scale.has_value()) return 1.0 / std::sqrt(static_cast<double>(head_dim));
+  TORCH_CHECK_VALUE(std::isfinite(*scale) && *scale > 0.0, attn::str("scale must be a positive, "
+                    "finite number or None, got ", *scale, "."));
+  return *scale;
+}
+
+// The score transforms of p (see the top of this file): softcap (logit units, validated) and
+// sinks ([H_q], float32, float16 or bfloat16 on q's device), with `scale` the softmax scale.
+// Returns the float32 copy of the sinks that p points to (or the tensor itself): the caller
+// keeps it alive until the kernel is launched.
+inline std::optional<torch::Tensor> set_score_transforms(MaskParams& p, const torch::Tensor& q,
+                                                         std::optional<double> softcap,
+                                                         const std::optional<torch::Tensor>& sinks,
+                                                         double scale) {
+  if (softcap.has_value()) {
+    TORCH_CHECK_VALUE(std::isfinite(*softcap) && *softcap > 0.0, attn::str("softcap must be a "
+                      "positive, finite number or None, got ", *softcap, "."));
+    p.softcap = *softcap / scale;  // raw score units
+    p.softcap_inv = scale / *softcap;
+  }
+  if (!sinks.has_value()) return std::nullopt;
+  const torch::Tensor& t = *sinks;
+  check_cuda_tensor(t, "sinks");
+  const auto dtype = t.scalar_type();
+  TORCH_CHECK_TYPE(dtype == torch::kFloat32 || dtype == torch::kHalf || dtype == torch::kBFloat16,
+                   attn::str("sinks has dtype ", dtype, " but must be float32, float16 or bfloat16 "
+                   "(one logit per query head); convert it with .float()."));
+  TORCH_CHECK_VALUE(t.device() == q.device(), attn::str("sinks is on ", t.device(), " but q is on ",
+                    q.device(), "; put them on the same GPU."));
+  TORCH_CHECK_VALUE(t.dim() == 1 && t.size(0) == q.size(1), attn::str("sinks must have shape [",
+                    q.size(1), "] (one logit per query head, q having ", q.size(1), " heads) but "
+                    "has shape ", t.sizes(), "."));
+  torch::Tensor values = t.to(torch::kFloat32).contiguous();  // a no-op for float32 [H_q]
+  p.sinks = values.data_ptr<float>();
+  return values;
 }
 
 // GQA/MQA: the number of query heads per KV head; raises unless H_q is a multiple of H_kv.
