@@ -45,6 +45,10 @@ def pytest_cmdline_main(config):
             or config.option.collectonly or not _cuda_available()):
         return None
     config.option.numprocesses = GPU_WORKERS
+    # One test at a time to each worker, in the order pytest_collection_modifyitems leaves
+    # (the long ones first): in chunks, the first worker would get every long test.
+    if getattr(config.option, "maxschedchunk", None) is None:
+        config.option.maxschedchunk = 1
     return None
 
 
@@ -105,8 +109,19 @@ def pytest_sessionstart(session):
           "need them will fail)" if failed else ""), flush=True)
 
 
+def _start_order(item) -> int:
+    """On a GPU: long tests that spend most of their time off the GPU (building the skeleton,
+    compiling every source) first, then the timed ones (they take the GPU for themselves,
+    while those builds keep the CPUs busy), then everything else: the suite ends when its
+    longest test does, so the longest start first."""
+    if "slow" in item.keywords and "timed" not in item.keywords:
+        return 0
+    return 1 if "timed" in item.keywords else 2
+
+
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
+        items.sort(key=_start_order)  # stable: each group keeps its collection order
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA; none is visible to torch here")
     for item in items:

@@ -2,7 +2,9 @@
 without a GPU.
 
 This is how CI, which has no GPU, catches a kernel that does not compile. The sources are
-compiled once per session, in parallel; each file is its own test so a failure names it. The
+compiled once per session, in parallel (one process: all at once at the first test; under
+pytest-xdist: each by the worker that runs its test); each file is its own test so a failure
+names it. The
 .cu files are compiled as common.tools.compile_check does by default (device side: every
 function parsed and checked, every kernel through ptxas; not the host compiler's second pass),
 which is also how the release test compiles the skeleton, so unchanged files compile once.
@@ -27,9 +29,20 @@ def _need_nvcc():
         pytest.skip("nvcc is not installed here; the compile check needs the CUDA toolkit")
 
 
+class _CompiledOnDemand(dict):
+    """Under pytest-xdist the sources' tests run on several workers: each compiles only its
+    own source (compile_all in every worker would compile every source once per worker)."""
+
+    def __missing__(self, path):
+        self[path] = compile_check.compile_one(path, device_only=True)
+        return self[path]
+
+
 @pytest.fixture(scope="session")
 def compiled():
     _need_nvcc()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return _CompiledOnDemand()
     return compile_check.compile_all(SOURCES)
 
 
