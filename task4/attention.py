@@ -101,11 +101,8 @@ def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_le
     if q.dtype in HALF_DTYPES:
         return call_extension(ext.flash_attention_mma, q, k, v, causal, out, window, stride,
                               mask, key_lengths, left_padding, None, softcap, sinks, scale)
-    if softcap is not None or sinks is not None or scale is not None:
-        raise NotImplementedError("softcap, sinks and scale are not in the fp32 kernel yet; "
-                                  "pass fp16 or bf16 tensors.")
     return call_extension(ext.flash_attention_fp32, q, k, v, causal, out, window, stride, mask,
-                          key_lengths, left_padding)
+                          key_lengths, left_padding, softcap, sinks, scale)
 
 
 # The Hopper kernel (task4/flash_attention_hopper.cu) for fp16/bf16 on an H100 or H200, at

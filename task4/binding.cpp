@@ -16,12 +16,14 @@ torch::Tensor custom_flash_attention(torch::Tensor q, torch::Tensor k, torch::Te
 torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                    std::optional<torch::Tensor> out, std::optional<int64_t> window,
                                    int64_t stride, std::optional<torch::Tensor> mask,
-                                   std::optional<torch::Tensor> key_lengths, bool left_padding);
+                                   std::optional<torch::Tensor> key_lengths, bool left_padding,
+                                   std::optional<double> softcap, std::optional<torch::Tensor> sinks,
+                                   std::optional<double> scale);
 // fp16 or bf16, q/k/v [B, H, S, D] with any strides whose last dimension is contiguous.
 // Both take attention variants (common/variants.py): q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D],
-// window (None = none), stride, a mask tensor, per-sequence key lengths.
-// lse, when given ([B, H_q, S_q] float32), receives each row's base-2 log-sum-exp.
-// softcap (logits), sinks ([H_q] logits) and scale (None = 1/sqrt(D)): common/variants.py.
+// window (None = none), stride, a mask tensor, per-sequence key lengths, softcap (logits),
+// sinks ([H_q] logits) and scale (None = 1/sqrt(D)).
+// lse (mma only), when given ([B, H_q, S_q] float32), receives each row's base-2 log-sum-exp.
 torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                   std::optional<torch::Tensor> out, std::optional<int64_t> window,
                                   int64_t stride, std::optional<torch::Tensor> mask,
@@ -38,7 +40,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "FlashAttention-2 forward, fp32 CUDA cores, q/k/v [B, H, S, D]", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none(),
         py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
-        py::arg("key_lengths") = py::none(), py::arg("left_padding") = false);
+        py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
+        py::arg("softcap") = py::none(), py::arg("sinks") = py::none(), py::arg("scale") = py::none());
   m.def("flash_attention_mma", &flash_attention_mma,
         "FlashAttention-2 forward, fp16/bf16 tensor cores, q/k/v [B, H, S, D]", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none(),

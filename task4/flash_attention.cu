@@ -132,7 +132,7 @@ struct FlashParams {
   int heads;
   int seq;           // query rows (S_q)
   int head_dim;
-  float scale_log2;  // log2(e) / sqrt(head_dim): (score - max) * scale_log2 feeds exp2f
+  float scale_log2;  // log2(e) * scale (1/sqrt(head_dim) unless given): feeds exp2f
   bool causal;
   // Beyond the course (filled by the host before the course's part): keys may differ from
   // queries in number (seq_k) and heads (GQA: query head h reads K/V head h / kv_group), and
@@ -332,6 +332,36 @@ __device__ __forceinline__ void online_softmax_step(
   // END SOLUTION
 }
 
+// Beyond the course (issue 31), the general instantiation only: Gemma-2's softcap on this
+// thread's raw scores, before the mask (attn::softcap_score: softcap * tanh(score / softcap)
+// in raw units, in double like the scores).
+template <class Cfg>
+__device__ __forceinline__ void softcap_scores(
+    double (&score)[Cfg::rows_per_thread][Cfg::keys_per_thread], const attn::MaskParams& mask) {
+#pragma unroll
+  for (int i = 0; i < Cfg::rows_per_thread; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::keys_per_thread; ++j) score[i][j] = attn::softcap_score(score[i][j], mask);
+}
+
+// Beyond the course, the general instantiation only: GPT-OSS's attention sink of this head
+// joins each row's max and denominator once, after the last key tile (attn::sink_term): O and
+// this lane's share of l are rescaled to the new max, and the row's first lane adds the
+// sink's term to its share, so that write_output's O / sum of the shares is the answer.
+template <class Cfg, int OUT_COLUMNS>
+__device__ __forceinline__ void add_sink(float (&o_acc)[Cfg::rows_per_thread][OUT_COLUMNS],
+                                         const double (&row_max)[Cfg::rows_per_thread],
+                                         float (&row_sum)[Cfg::rows_per_thread], float sink,
+                                         float scale_log2, int col_lane) {
+#pragma unroll
+  for (int i = 0; i < Cfg::rows_per_thread; ++i) {
+    const attn::SinkTerm<double> t = attn::sink_term(sink, row_max[i] * scale_log2);
+    row_sum[i] = row_sum[i] * t.keys + (col_lane == 0 ? t.sink : 0.f);
+#pragma unroll
+    for (int c = 0; c < OUT_COLUMNS; ++c) o_acc[i][c] *= t.keys;
+  }
+}
+
 // P (this thread's rows x keys) to the shared P tile, where P V reads it back as float4s along
 // the keys. Only this warp reads these rows back (a thread's O rows are its score rows).
 template <class Cfg, int HEAD_DIM_PAD>
@@ -451,7 +481,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   // HINT: K and V (rows >= p.seq_k and columns >= head_dim are zero-filled), wait and
   // HINT: __syncthreads(), compute_scores, mask_scores where needed, online_softmax_step,
   // HINT: store_probabilities, __syncthreads(), accumulate_pv; a barrier must also separate the
-  // HINT: last reads of a K/V/P tile from its next refill. At the end, write_output.
+  // HINT: last reads of a K/V/P tile from its next refill. At the end, write_output. (Beyond the
+  // HINT: course, the general instantiation also calls softcap_scores and add_sink.)
   constexpr int kRowsPerQTile = Cfg::rows_per_q_tile;
   constexpr int kRowsPerKvTile = Cfg::rows_per_kv_tile;
   // O columns per thread come in float4 chunks: a warp row covers 8 lanes x 4 = 32 columns.
@@ -532,6 +563,7 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
 
     double score[Cfg::rows_per_thread][Cfg::keys_per_thread];  // then P, in place
     compute_scores<Cfg, HEAD_DIM_PAD>(score, q_tile, k_tile, first_row, col_lane);
+    if (kGeneral && p.mask.softcap > 0.0) softcap_scores<Cfg>(score, p.mask);  // beyond the course
     // Mask only where it can matter: the tile holding the sequence end (keys >= seq_k are
     // zero-filled padding), tiles across the causal diagonal or a window's edge, and every
     // tile of a stride or a mask tensor.
@@ -554,6 +586,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     accumulate_pv<Cfg, HEAD_DIM_PAD>(o_acc, p_tile, v_tile, first_row, col_lane);
   }
 
+  if (kGeneral && p.mask.sinks != nullptr)  // beyond the course
+    add_sink<Cfg>(o_acc, row_max, row_sum, p.mask.sinks[head_index], p.scale_log2, col_lane);
   write_output<Cfg, HEAD_DIM_PAD>(o_acc, row_sum, p, batch_index, head_index, q_start + first_row,
                                   col_lane);
   // END SOLUTION
@@ -664,7 +698,9 @@ torch::Tensor aligned_or_copy(const torch::Tensor& t) {
 torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                    std::optional<torch::Tensor> out, std::optional<int64_t> window,
                                    int64_t stride, std::optional<torch::Tensor> mask,
-                                   std::optional<torch::Tensor> key_lengths, bool left_padding) {
+                                   std::optional<torch::Tensor> key_lengths, bool left_padding,
+                                   std::optional<double> softcap, std::optional<torch::Tensor> sinks,
+                                   std::optional<double> scale) {
   check_bhsd(q, "q");
   check_bhsd(k, "k");
   check_bhsd(v, "v");
@@ -685,9 +721,14 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
                       " but has ", out->sizes(), "."));
   }
 
-  // An additive mask value a (logit units) is a * sqrt(D) in the kernel's raw score units.
-  const attn::MaskParams mask_params = attn::make_mask_params(q, k, causal, window, stride, mask,
-      key_lengths, left_padding, static_cast<float>(std::sqrt(static_cast<double>(head_dim))));
+  // The softmax scale (1/sqrt(D) unless given). An additive mask value a (logit units) is
+  // a / scale in the kernel's raw score units; softcap and sinks run the general
+  // instantiation, and the float32 sinks live until the launch below.
+  const double scale_value = attn::softmax_scale(scale, head_dim);
+  attn::MaskParams mask_params = attn::make_mask_params(q, k, causal, window, stride, mask,
+      key_lengths, left_padding, static_cast<float>(1.0 / scale_value));
+  const std::optional<torch::Tensor> sink_values =
+      attn::set_score_transforms(mask_params, q, softcap, sinks, scale_value);
 
   const c10::cuda::CUDAGuard device_guard(q.device());
   const KernelChoice choice = choose_kernel(head_dim, q.get_device(), mask_params.general());
@@ -708,7 +749,7 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
 
   // BEGIN SOLUTION
   // HINT: Fill a FlashParams (data pointers, the batch/head/seq strides of qa, ka, va and
-  // HINT: target, heads, seq, head_dim, scale_log2 = log2(e) / sqrt(head_dim), causal). Allow the
+  // HINT: target, heads, seq, head_dim, scale_log2 = log2(e) * scale_value, causal). Allow the
   // HINT: kernel choice.smem_bytes of dynamic shared memory with cudaFuncSetAttribute(
   // HINT: choice.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ...), launch it on
   // HINT: c10::cuda::getCurrentCUDAStream() with grid (batch * heads, num_q_tiles) and
@@ -732,7 +773,7 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
   params.heads = static_cast<int>(heads);
   params.seq = static_cast<int>(seq);
   params.head_dim = static_cast<int>(head_dim);
-  params.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(head_dim)));
+  params.scale_log2 = static_cast<float>(1.4426950408889634 * scale_value);
   params.causal = causal;
 
   const cudaError_t attr_err = cudaFuncSetAttribute(
@@ -782,6 +823,7 @@ torch::Tensor custom_flash_attention(torch::Tensor q, torch::Tensor k, torch::Te
   };
   torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
   flash_attention_fp32(heads_view(q), heads_view(k), heads_view(v), causal, heads_view(result),
-                       std::nullopt, 1, std::nullopt, std::nullopt, false);
+                       std::nullopt, 1, std::nullopt, std::nullopt, false, std::nullopt,
+                       std::nullopt, std::nullopt);
   return result;
 }

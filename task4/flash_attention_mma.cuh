@@ -778,7 +778,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
       [[maybe_unused]] float sink_top = 0.f, sink_total = 0.f;
       if constexpr (kGeneral) {
         if (p.mask.sinks != nullptr) {
-          const attn::SinkTerm sink = attn::sink_term(p.mask.sinks[head], row_max[h] * p.scale_log2);
+          const auto sink = attn::sink_term(p.mask.sinks[head], row_max[h] * p.scale_log2);
           sink_top = sink.top;
           sink_total = fmaf(l, sink.keys, sink.sink);
           inv_l = sink_total > 0.f ? sink.keys / sink_total : 0.f;

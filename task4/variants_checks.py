@@ -355,6 +355,24 @@ def variants_inputs_group(args=None):
             raises("left_padding without key_lengths",
                    lambda: flash_attention(q, k, v, left_padding=True), "key_lengths"),
         ]
+        # The extension's own checks of softcap, scale and sinks (a direct call skips Python's).
+        ext = attention_module._extension()
+        entry = ext.flash_attention_fp32 if dtype == torch.float32 else ext.flash_attention_mma
+        checks += [
+            raises("extension: softcap 0", lambda entry=entry: entry(q, k, v, softcap=0.0),
+                   "softcap"),
+            raises("extension: softcap NaN",
+                   lambda entry=entry: entry(q, k, v, softcap=float("nan")), "softcap"),
+            raises("extension: scale -1", lambda entry=entry: entry(q, k, v, scale=-1.0), "scale"),
+            raises("extension: sinks of the wrong shape",
+                   lambda entry=entry: entry(q, k, v, sinks=torch.zeros(3, device=device)),
+                   "shape"),
+            raises("extension: sinks of dtype int32",
+                   lambda entry=entry: entry(q, k, v, sinks=torch.zeros(4, dtype=torch.int32,
+                                                                        device=device)), "dtype"),
+            raises("extension: sinks on the CPU",
+                   lambda entry=entry: entry(q, k, v, sinks=torch.zeros(4)), "CUDA"),
+        ]
     torch.cuda.synchronize()
     return checks, {}
 

@@ -230,22 +230,26 @@ __device__ __forceinline__ Score softcap_score(Score score, const MaskParams& p)
 // unnormalised output O and sum l (both relative to m2) become relative to top:
 //     out = O * keys / (l * keys + sink),   lse2 = top + log2(l * keys + sink)
 // with keys = exp2(m2 - top), sink = exp2(sink2 - top). A row without keys gets out 0 and
-// lse2 = sink2; with a -inf sink too, keys = sink = 0 (the caller writes 0 and -inf).
+// lse2 = sink2; with a -inf sink too, keys = sink = 0 (the caller writes 0 and -inf). Max is
+// float, or double (the fp32 kernel's row max): the differences are taken in it, the
+// exponents in float.
+template <class Max>
 struct SinkTerm {
-  float top;   // max(m2, sink2), base 2
+  Max top;     // max(m2, sink2), base 2
   float keys;  // exp2(m2 - top): the factor of the keys' sum and output
   float sink;  // exp2(sink2 - top): the sink's term of the denominator
 };
 
-__device__ __forceinline__ SinkTerm sink_term(float sink_logit, float m2) {
-  SinkTerm t;
-  const float sink2 = sink_logit * 1.4426950408889634f;  // log2(e)
-  t.top = fmaxf(m2, sink2);
+template <class Max>
+__device__ __forceinline__ SinkTerm<Max> sink_term(float sink_logit, Max m2) {
+  SinkTerm<Max> t;
+  const Max sink2 = static_cast<Max>(sink_logit) * static_cast<Max>(1.4426950408889634);  // log2(e)
+  t.top = m2 > sink2 ? m2 : sink2;  // a NaN sink gives NaN below, not a silent 0
   if (t.top == -INFINITY) {
     t.keys = t.sink = 0.f;
   } else {
-    t.keys = exp2f(m2 - t.top);
-    t.sink = exp2f(sink2 - t.top);
+    t.keys = exp2f(static_cast<float>(m2 - t.top));
+    t.sink = exp2f(static_cast<float>(sink2 - t.top));
   }
   return t;
 }
