@@ -56,6 +56,20 @@ torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::
 // decode.cu).
 void merge_attention_splits(torch::Tensor partial, torch::Tensor lse, torch::Tensor out);
 
+// Beyond the course: q [B, H_q, S_q <= 16, D] against k/v [B, H_kv, S_k, D] on tensor cores, the
+// query heads of a KV head (times S_q) as the rows of one mma tile, split-KV and a multi-stage
+// cp.async pipeline; every attention variant, softcap, sinks and scale included (decode_gqa.cu).
+torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
+                                   std::optional<int64_t> window, int64_t stride,
+                                   std::optional<torch::Tensor> mask,
+                                   std::optional<torch::Tensor> key_lengths, bool left_padding,
+                                   std::optional<double> softcap, std::optional<torch::Tensor> sinks,
+                                   std::optional<double> scale, int64_t num_splits,
+                                   std::optional<torch::Tensor> out);
+// {keys per warp tile, warps per block, resident blocks per SM (0: not on this GPU)} of that
+// kernel for head_dim (decode_gqa.cu): what task5/attention.py's split heuristic needs.
+std::vector<int64_t> decode_gqa_geometry(int64_t head_dim, bool bf16, int64_t device);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 5: KV cache update and decode (split-KV FlashDecoding) kernels";
   m.def("update_kv_cache", &update_kv_cache,
@@ -81,6 +95,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("merge_attention_splits", &merge_attention_splits,
         "out[b, h] = the LSE-weighted merge of partial [B, H_kv, splits, G, D] over the splits",
         py::arg("partial"), py::arg("lse"), py::arg("out"));
+  m.def("decode_attention_gqa", &decode_attention_gqa,
+        "S_q <= 16 query rows per (batch, query head) against k/v [B, H_kv, S, D] on tensor cores, "
+        "GQA packed as rows, split-KV, every variant",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
+        py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
+        py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
+        py::arg("softcap") = py::none(), py::arg("sinks") = py::none(), py::arg("scale") = py::none(),
+        py::arg("num_splits") = 1, py::arg("out") = py::none());
+  m.def("decode_gqa_geometry", &decode_gqa_geometry,
+        "[keys per warp tile, warps per block, blocks per SM] of decode_attention_gqa's kernel",
+        py::arg("head_dim"), py::arg("bf16"), py::arg("device"));
   m.def("decode_linear", &decode_linear,
         "y = x @ weight^T (+ bias) (+ residual) for at most 8 rows of x, streaming the weight",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),

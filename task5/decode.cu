@@ -22,8 +22,9 @@
 // The merges of split results live here, one for each form of partial result, and every
 // decode path uses one of them rather than a merge of its own: combine_splits (the
 // unnormalised partial states (o, m, l) above, merge_split_states; decode_grouped.cu's too)
-// and, beyond the course, merge_attention_splits (section 3: normalised partial outputs and
-// their log-sum-exp, what the tensor-core grouped decode, task 4's kernel, writes).
+// and, beyond the course, merge_lse_splits (section 3: normalised partial outputs and their
+// log-sum-exp, what the tensor-core grouped decodes write: decode_gqa.cu, and task 4's kernel
+// with a KV head's query heads as rows through merge_attention_splits).
 //
 // Tile shape and why. A block is 4 warps. One key row of head_dim elements is read by a group
 // of LANES_PER_KEY lanes, 16 bytes (8 fp16/bf16 or 4 fp32) each, so a row is one coalesced
@@ -50,7 +51,8 @@
 //
 // The other decode ideas have their own files (decode_common.cuh lists them and holds what
 // they share: the block shape, 16-byte packs, Score<T>): decode_grouped.cu, the grouped-query
-// decode with every attention variant; decode_paged.cu (not written yet), the paged KV cache.
+// decode with every attention variant on CUDA cores; decode_gqa.cu, the grouped-query decode
+// on tensor cores; decode_paged.cu (not written yet), the paged KV cache.
 //
 // Measured speed (GB/s, the fraction of copy bandwidth, against SDPA, as CUDA-graph replays
 // at short contexts): python -m task5.test --decode; Results.md ("Decode kernel", "Decode at
@@ -717,18 +719,10 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const Stat
 
 // ---- 3. beyond the course: merging normalised partial outputs by their log-sum-exp -------
 
-// Tensor-core grouped decode (task 4's kernel on the query heads of a KV head packed as
-// rows, one key range per "head" of a strided view): merge its per-range results. partial
-// [B, H_kv, splits, G, D] holds each range's normalised output, lse [B, H_kv, splits, G]
-// its base-2 log-sum-exp; out[b, h] = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
-template <typename T, typename Partial = T>
-struct MergeParams {
-  const Partial* partial;  // q's dtype, or float32 (no rounding before the merge)
-  const float* lse;
-  T* out;
-  int64_t out_stride_b, out_stride_h;
-  int heads_q, group, num_splits, head_dim;
-};
+// The grouped decodes on tensor cores (decode_gqa.cu; task 4's kernel on the query heads of a
+// KV head packed as rows) write each key range's normalised output and its base-2 log-sum-exp
+// (MergeParams, decode_common.cuh); out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
+// One block per output row r of a KV head (r = i * group + g: query i of query head g).
 
 template <typename T, typename Partial>
 __global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeParams<T, Partial> p) {
@@ -737,14 +731,16 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeP
   __shared__ float weight[MAX_SPLITS];
   __shared__ float warp_val[MAX_HEAD_DIM / WARP_SIZE];
   constexpr int WARPS = MAX_HEAD_DIM / WARP_SIZE;
-  const int b = blockIdx.x / p.heads_q;
-  const int h = blockIdx.x % p.heads_q;
-  const int kv = h / p.group, g = h % p.group;
+  const int rows = p.group * p.seq_q;  // the rows of one KV head
+  const int64_t b_kv = blockIdx.x / rows;
+  const int r = blockIdx.x % rows;
   const int heads_kv = p.heads_q / p.group;
-  const int64_t first = ((static_cast<int64_t>(b) * heads_kv + kv) * p.num_splits) * p.group + g;
+  const int64_t b = b_kv / heads_kv;
+  const int h = static_cast<int>(b_kv % heads_kv) * p.group + r % p.group, i = r / p.group;
+  const int64_t first = b_kv * p.num_splits * rows + r;
   const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
   float m = -INFINITY;
-  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) m = fmaxf(m, p.lse[first + s * p.group]);
+  for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) m = fmaxf(m, p.lse[first + s * rows]);
   for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
   if (lane == 0) warp_val[warp] = m;
   __syncthreads();
@@ -754,7 +750,7 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeP
   __syncthreads();
   float total = 0.f;
   for (int s = threadIdx.x; s < p.num_splits; s += blockDim.x) {
-    const float lse = p.lse[first + s * p.group];
+    const float lse = p.lse[first + s * rows];
     const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
     weight[s] = w;
     total += w;
@@ -770,8 +766,8 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeP
     float o = 0.f;
 #pragma unroll 8
     for (int s = 0; s < p.num_splits; ++s)
-      o = fmaf(weight[s], to_float(p.partial[(first + static_cast<int64_t>(s) * p.group) * p.head_dim + d]), o);
-    p.out[b * p.out_stride_b + h * p.out_stride_h + d] = from_float<T>(o * inv_total);
+      o = fmaf(weight[s], to_float(p.partial[(first + static_cast<int64_t>(s) * rows) * p.head_dim + d]), o);
+    p.out[b * p.out_stride_b + h * p.out_stride_h + i * p.out_stride_s + d] = from_float<T>(o * inv_total);
   }
   // END SOLUTION
 }
@@ -925,6 +921,17 @@ void combine_splits(const SplitStates<T>& states, int64_t rows, cudaStream_t str
 template void combine_splits<float>(const SplitStates<float>&, int64_t, cudaStream_t);
 template void combine_splits<__half>(const SplitStates<__half>&, int64_t, cudaStream_t);
 template void combine_splits<__nv_bfloat16>(const SplitStates<__nv_bfloat16>&, int64_t, cudaStream_t);
+
+template <typename T>
+void merge_lse_splits(const MergeParams<T, float>& params, int64_t rows, cudaStream_t stream) {
+  merge_splits_kernel<T, float><<<static_cast<unsigned>(rows), MAX_HEAD_DIM, 0, stream>>>(params);
+  attn::check_launch("merge_splits_kernel");
+}
+
+template void merge_lse_splits<float>(const MergeParams<float, float>&, int64_t, cudaStream_t);
+template void merge_lse_splits<__half>(const MergeParams<__half, float>&, int64_t, cudaStream_t);
+template void merge_lse_splits<__nv_bfloat16>(const MergeParams<__nv_bfloat16, float>&, int64_t,
+                                              cudaStream_t);
 
 }  // namespace attn_decode
 

@@ -7,12 +7,17 @@
 //                      (batch, head) against the cache, its keys split across blocks
 //                      (FlashDecoding); and the merges of split results every decode path
 //                      uses: combine_splits (partial states o, m, l in Score<T>: the course's
-//                      kernel and decode_grouped.cu) and merge_attention_splits (normalised
-//                      outputs and their log-sum-exp: the tensor-core grouped decode, which is
-//                      task 4's kernel with the query heads of a KV head as its rows);
+//                      kernel and decode_grouped.cu) and merge_lse_splits (normalised
+//                      outputs and their log-sum-exp: decode_gqa.cu, and task 4's kernel with
+//                      the query heads of a KV head as its rows, merge_attention_splits);
 //   decode_grouped.cu  beyond the course: the query heads of a KV head decoded by one block
-//                      that reads the KV head's cache once, with every attention variant
-//                      (common/csrc/attention_mask.cuh);
+//                      on CUDA cores, reading the KV head's cache once, with every attention
+//                      variant (common/csrc/attention_mask.cuh); fp32, and what decode_gqa.cu
+//                      does not take;
+//   decode_gqa.cu      beyond the course: grouped-query decode on tensor cores, built for the
+//                      memory system (the query heads of a KV head as the rows of one mma
+//                      tile, split-KV, a multi-stage cp.async pipeline per warp), fp16/bf16,
+//                      every variant, up to 16 query rows per sequence;
 //   decode_paged.cu    not written yet (issue 32, part 3): the paged KV cache, pages
 //                      [num_pages, page_size, H_kv, D] read through a block table, and its
 //                      append kernel will go there; it will merge its splits with one of the
@@ -20,9 +25,9 @@
 // Each file opens with its idea and tile shape; their speed is measured by task5/test.py
 // (--decode, --gqa-bench) and shown in Results.md, rendered from results/<gpu>.json.
 //
-// Everything here is in namespace attn_decode: a named namespace, because decode.cu's merge
-// is called from the other files (combine_splits), so its argument types must be one type in
-// every file. A .cu file opens it with `using namespace attn_decode;`.
+// Everything here is in namespace attn_decode: a named namespace, because decode.cu's merges
+// are called from the other files (combine_splits, merge_lse_splits), so their argument types
+// must be one type in every file. A .cu file opens it with `using namespace attn_decode;`.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -172,6 +177,30 @@ struct SplitStates {
 // (merge_split_states), for T = float, __half and __nv_bfloat16; raises if the launch fails.
 template <typename T>
 void combine_splits(const SplitStates<T>& states, int64_t rows, cudaStream_t stream);
+
+// The other form of partial results: each key range's NORMALISED output and its base-2
+// log-sum-exp, what the grouped decodes on tensor cores write (decode_gqa.cu, and task 4's
+// kernel with a KV head's query heads as rows). partial [B, H_kv, num_splits, rows, head_dim]
+// and lse [B, H_kv, num_splits, rows], contiguous, rows = group * seq_q (row r = i * group +
+// g: query i of query head g of the KV head; seq_q = 1 for one new token); out row (b, h, i)
+// at out + b * out_stride_b + h * out_stride_h + i * out_stride_s. A range whose lse is -inf
+// (no visible key) adds nothing; a row without any gets zeros.
+template <typename T, typename Partial = T>
+struct MergeParams {
+  const Partial* partial;  // q's dtype, or float32 (no rounding before the merge)
+  const float* lse;
+  T* out;
+  int64_t out_stride_b, out_stride_h;
+  int heads_q, group, num_splits, head_dim;
+  int seq_q = 1;
+  int64_t out_stride_s = 0;
+};
+
+// Merge float32 partials by their lse into out (merge_splits_kernel in decode.cu, one block per
+// row: B * H_kv * rows blocks), for T = float, __half and __nv_bfloat16; raises if the launch
+// fails. The one merge of this form: merge_attention_splits (the binding) launches it too.
+template <typename T>
+void merge_lse_splits(const MergeParams<T, float>& params, int64_t rows, cudaStream_t stream);
 
 // ---- host side: layout checks ----------------------------------------------------------------
 

@@ -1,0 +1,702 @@
+// Task 5, beyond the course: grouped-query decode on tensor cores, built for the memory system.
+//
+// The idea. Grouped-query attention (Llama-3, Mistral, Qwen2, Gemma, GPT-OSS) gives the
+// G = H_q / H_kv query heads of a group one KV head, so a decode step reads each KV head's
+// cache once for G query rows. Those rows are the rows of one mma.sync.m16n8k16 tile
+// (FlashAttention's "pack GQA"): row r = i * G + g is query i (of S_q <= 16, speculative
+// decoding's few rows; 1 for one new token) of query head g, padded to 16 rows, and each key
+// tile costs a handful of tensor-core instructions, whatever G is. A decode does ~2 FLOPs per
+// byte it reads, so what decides its speed is only whether the cache streams at memory speed:
+//   * split-KV: the keys of a (sequence, KV head) are cut into num_splits ranges, one block
+//     each, so that batch 1 fills the GPU (8 KV heads alone would occupy 8 of 132 SMs); each
+//     block writes its range's normalised output in float32 and its base-2 log-sum-exp, and
+//     decode.cu's merge_lse_splits merges them (the merge every split decode uses);
+//   * a multi-stage pipeline: within a block, each of the 4 warps streams its own slice of the
+//     block's keys (every 4th key tile) through a private ring of kStages shared-memory
+//     stages filled by cp.async, so kStages - 1 K/V tiles per warp (12 per block) are in
+//     flight while it computes on one; at the end the warps' partial softmax states are
+//     merged in shared memory.
+// Every attention variant is the predicate of common/csrc/attention_mask.cuh (KeyMask): the
+// key range [key_lo, key_hi) a tile's rows may see is computed on the device (key lengths,
+// varlen or left-padded, are read there, so a captured CUDA graph stays valid as they grow)
+// and clipped to the window BEFORE it is split, so a sliding window reads only its keys; key
+// tiles inside the range every row sees unmasked skip the elementwise predicate. The softcap
+// is applied to every tile's raw scores before the mask (softcap_score), the custom scale is
+// folded into the exponent (scale_log2), a mask tensor (bool or additive) is read where it
+// is, and a sink (sink_term) joins each row's denominator in split 0 only, so the merge
+// counts it exactly once. A row with no visible key (an empty sequence) outputs zeros.
+//
+// Tile shape and why. A block is 4 warps (128 threads) for the 16 query rows of one row tile
+// of one (sequence, KV head, split); G * S_q > 16 rows take several row tiles (grid
+// neighbours, so they share the K/V reads in L2). Each warp holds Q's A fragments in
+// registers (head dim <= 128; 256 re-reads them from shared memory with ldmatrix, its O
+// accumulator alone fills 128 registers) and an m16 x D fp32 O accumulator, and computes
+// S = Q K^T (ldmatrix), the online softmax over the quad of lanes that share a row, and
+// O += P V (ldmatrix.trans) exactly as task 4's kernel does (its PTX wrappers and swizzled
+// shared-memory layout are reused from task4/flash_attention_mma.cuh). A warp's key tile is
+// kTileKeys = 16 keys (32 at head dim 64): 8 KB of K and V at head dim 128, so one stage is
+// one 8 KB burst per warp and the 4-stage ring holds 24 KB in flight per warp, 96 KB per
+// block of 132 KB shared memory: one block per SM keeps far more than the bandwidth-latency
+// product (~25 KB per SM on an H100) in flight. Why per-warp rings rather than one ring per
+// block or a producer warp: a decode tile's compute is tiny (32 mma per warp per tile), so a
+// warp that issues its own copies loses nothing to a dedicated producer, and private rings
+// need only __syncwarp, never a block barrier in the key loop, so no warp waits for another's
+// memory latency. Head dim 256 uses 3 stages (16 KB per warp stage; 200 KB in all).
+//
+// The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
+// heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
+// (sequence, KV head, row tile) blocks nearly fill the GPU's resident blocks, else the fewest
+// splits whose wave of blocks is within 85% of the best wave efficiency, never so many that a
+// split has less than two tiles per warp. It depends on the cache's capacity (and the
+// window), never on lengths read on the device.
+//
+// Where it runs (task5/attention.py, _decode_grouped_routed and attention): fp16/bf16 decode
+// with G >= 2 and S_q <= 16, every variant. MHA (G = 1) stays on the course kernel's path,
+// fp32 on the CUDA-core grouped kernel (decode_grouped.cu).
+//
+// Measured speed (us, the fraction of copy bandwidth, against SDPA with enable_gqa, as
+// CUDA-graph replays with the caches rotated beyond L2, and each variant's bandwidth against
+// the plain decode's): python -m task5.test --gqa-bench; Results.md ("Grouped-query decode"),
+// rendered from results/<gpu>.json.
+
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <torch/types.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+// mma.sync and its element types (ElementOps), ldmatrix, cp.async, exp2_approx and the swizzled
+// shared-memory layout (SmemLayout): task 4's tensor-core kernel, shared rather than copied.
+#include "../task4/flash_attention_mma.cuh"
+#include "attention_checks.cuh"
+#include "attention_mask.cuh"
+#include "decode_common.cuh"
+
+// MAX_SPLITS, the merge of split results (merge_lse_splits), the layout checks.
+using namespace attn_decode;
+
+namespace {
+
+using mma_attn::cp_async_16;
+using mma_attn::cp_async_commit;
+using mma_attn::cp_async_wait;
+using mma_attn::exp2_approx;
+using mma_attn::ldmatrix_x4;
+using mma_attn::ldmatrix_x4_trans;
+using mma_attn::smem_u32;
+
+constexpr int kGqaMaxHeadDim = 256;  // the widest instantiation below
+constexpr int kRowsPerTile = 16;     // the m16 of mma.sync.m16n8k16
+constexpr int kMaxQueryRows = 16;    // S_q per sequence (speculative decoding's few rows)
+
+// One configuration per head dim: keys per warp tile, stages of each warp's ring.
+template <int kHeadDim_, int kTileKeys_, int kStages_>
+struct GqaConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kTileKeys = kTileKeys_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr bool kQInRegs = kHeadDim <= 128;
+  using Smem = mma_attn::SmemLayout<kHeadDim>;
+  static constexpr int kTileBytes = kTileKeys * Smem::kRowBytes;  // one K (or V) tile
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kWarpRingBytes = kStages * kStageBytes;
+  static constexpr int kQBytes = kRowsPerTile * Smem::kRowBytes;
+  // A warp's O, staged for the merge of the warps in its own ring (floats per row; the 8
+  // floats of padding put the 8 rows a warp's quads write at once in different banks).
+  static constexpr int kScratchStride = kHeadDim + 8;
+  static constexpr int kSmemBytes = Smem::kTileAlign + kQBytes + kWarps * kWarpRingBytes;
+  static_assert(kTileKeys % 16 == 0, "whole k16 steps of P V");
+  static_assert((kTileKeys * Smem::kChunks) % 32 == 0, "whole copies per lane");
+  static_assert(kRowsPerTile * kScratchStride * 4 <= kWarpRingBytes, "O fits in the ring");
+  static_assert(!Smem::kSwizzle || (kQBytes % Smem::kTileAlign == 0 &&
+                                    kTileBytes % Smem::kTileAlign == 0),
+                "swizzled tiles start kTileAlign-aligned (pair_step)");
+};
+using GqaD64 = GqaConfig<64, 32, 4>;
+using GqaD96 = GqaConfig<96, 16, 4>;
+using GqaD128 = GqaConfig<128, 16, 4>;
+using GqaD256 = GqaConfig<256, 16, 3>;
+
+// Strides in elements (last dimension contiguous): q and out [B, H_q, S_q, D], k and v
+// [B, H_kv, S_k, D].
+struct GqaParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  int64_t q_stride_b, q_stride_h, q_stride_s;
+  int64_t k_stride_b, k_stride_h, k_stride_s;
+  int64_t v_stride_b, v_stride_h, v_stride_s;
+  int64_t o_stride_b, o_stride_h, o_stride_s;
+  int heads_kv, group, seq_q, head_dim;
+  int rows;        // group * seq_q: the query rows of one KV head
+  int row_tiles;   // ceil(rows / 16)
+  int num_splits;
+  float scale_log2;  // log2(e) * scale: exp(s * scale) = exp2(s * scale_log2)
+  attn::MaskParams mask;
+  float* partial;  // num_splits > 1: [B, H_kv, num_splits, rows, D], normalised outputs
+  float* lse;      // num_splits > 1: [B, H_kv, num_splits, rows], base 2
+  int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
+};
+
+// The Q rows of this row tile into shared memory (16 rows, zero-filled past the real rows
+// and past head_dim), one 16-byte cp.async per chunk, all threads.
+template <typename Cfg, typename Element>
+__device__ __forceinline__ void load_q_tile(uint32_t smem_q, const GqaParams& p, int64_t b,
+                                            int kv, int row0, int rows_here, int tid) {
+  using Smem = typename Cfg::Smem;
+  constexpr int kTotal = kRowsPerTile * Smem::kChunks;
+  for (int idx = tid; idx < kTotal; idx += Cfg::kThreads) {
+    const int rr = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+    const int r = row0 + rr;
+    const bool pred = rr < rows_here && chunk * 8 < p.head_dim;
+    const void* src = p.q;
+    if (pred) {
+      const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+      src = static_cast<const Element*>(p.q) + b * p.q_stride_b + head * p.q_stride_h +
+            static_cast<int64_t>(r / p.group) * p.q_stride_s + chunk * 8;
+    }
+    cp_async_16(smem_q + Smem::offset(rr, chunk), src, pred);
+  }
+}
+
+// One warp copies keys [key0, key0 + kTileKeys) of one head (K or V) into a shared tile;
+// keys >= key_end and columns >= head_dim are zero-filled and read nothing (a zero key gives
+// a finite score, masked afterwards; stale shared memory could hold NaN, and 0 * NaN = NaN).
+template <typename Cfg, typename Element>
+__device__ __forceinline__ void load_kv_tile(uint32_t smem_tile, const Element* head,
+                                             const void* any_valid, int64_t row_stride,
+                                             int key0, int key_end, int head_dim, int lane) {
+  using Smem = typename Cfg::Smem;
+  constexpr int kIters = Cfg::kTileKeys * Smem::kChunks / 32;
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = lane + 32 * i;
+    const int row = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+    const bool pred = key0 + row < key_end && chunk * 8 < head_dim;
+    const void* src = pred ? static_cast<const void*>(head + static_cast<int64_t>(key0 + row) *
+                                                                 row_stride + chunk * 8)
+                           : any_valid;
+    cp_async_16(smem_tile + Smem::offset(row, chunk), src, pred);
+  }
+}
+
+// grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
+// row tile), the row tile fastest. See the top of the file.
+template <typename Element, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (beyond the graded course): task 4's tensor-core tile with the
+  // HINT: query heads of a KV head as its 16 rows; the block's key range (KeyMask, the window
+  // HINT: clipped before splitting) cut into splits, each warp streaming every 4th key tile
+  // HINT: through its own cp.async ring of kStages stages, then the warps merged in shared
+  // HINT: memory and the normalised output (one split) or float32 partial and lse written.
+  using Smem = typename Cfg::Smem;
+  using Ops = mma_attn::ElementOps<Element>;
+  constexpr int kT = Cfg::kTileKeys;
+  constexpr int kW = Cfg::kWarps;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kNTiles = kT / 8;               // n8 tiles of S
+  constexpr int kQKSteps = Cfg::kHeadDim / 16;  // k16 steps of S = Q K^T
+  constexpr int kPVSteps = kT / 16;             // k16 steps of O += P V
+  constexpr int kDTiles = Cfg::kHeadDim / 8;    // n8 tiles of O
+  constexpr uint32_t kRows16 = 16 * Smem::kRowBytes;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ float warp_max[kW][kRowsPerTile];    // each warp's row max, base 2 (-inf: no key)
+  __shared__ float warp_sum[kW][kRowsPerTile];    // each warp's row sum relative to it
+  __shared__ float warp_weight[kW][kRowsPerTile]; // each warp's factor in the final row
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int64_t block = blockIdx.x;
+  const int row_tile = static_cast<int>(block % p.row_tiles);
+  block /= p.row_tiles;
+  const int split = static_cast<int>(block % p.num_splits);
+  const int64_t b_kv = block / p.num_splits;
+  const int64_t b = b_kv / p.heads_kv;
+  const int kv = static_cast<int>(b_kv % p.heads_kv);
+  const int row0 = row_tile * kRowsPerTile;
+  const int rows_here = min(kRowsPerTile, p.rows - row0);
+  const int q_first = row0 / p.group, q_last = (row0 + rows_here - 1) / p.group;
+
+  // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
+  // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
+  // visible to every row with no bias. Uniform over the block.
+  const attn::KeyMask<true> range(p.mask, b, static_cast<int64_t>(kv) * p.group);
+  const int key_lo = max(range.keys_begin(q_first), 0);
+  const int key_hi = range.keys_end(q_last);
+  const int2 unmasked = range.unmasked_keys(q_first, q_last);
+  const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
+  const int per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
+  const int tile_begin = min(split * per_split, n_tiles);
+  const int tile_end = min(tile_begin + per_split, n_tiles);
+  // This warp's tiles: tile_begin + warp, + kW, + 2 kW, ...
+  const int my_tiles = tile_end - tile_begin > warp ? (tile_end - tile_begin - warp + kW - 1) / kW : 0;
+
+  // Shared memory: Q, then each warp's ring of kStages (K tile, V tile) stages.
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t smem_q = (raw + (Smem::kTileAlign - 1)) & ~static_cast<uint32_t>(Smem::kTileAlign - 1);
+  unsigned char* const smem_q_ptr = smem_raw + (smem_q - raw);
+  const uint32_t ring = smem_q + Cfg::kQBytes + warp * Cfg::kWarpRingBytes;
+
+  const Element* const k_head =
+      static_cast<const Element*>(p.k) + b * p.k_stride_b + static_cast<int64_t>(kv) * p.k_stride_h;
+  const Element* const v_head =
+      static_cast<const Element*>(p.v) + b * p.v_stride_b + static_cast<int64_t>(kv) * p.v_stride_h;
+  auto load_stage = [&](int stage, int tile) {
+    const int key0 = key_lo + tile * kT;
+    const uint32_t k_tile = ring + stage * Cfg::kStageBytes;
+    load_kv_tile<Cfg, Element>(k_tile, k_head, p.k, p.k_stride_s, key0, key_hi, p.head_dim, lane);
+    load_kv_tile<Cfg, Element>(k_tile + Cfg::kTileBytes, v_head, p.v, p.v_stride_s, key0, key_hi,
+                               p.head_dim, lane);
+  };
+
+  // Prologue: Q (one commit group), then the first kStages - 1 tiles of this warp (one group
+  // each, empty past its last tile, so that the waits below count the same).
+  load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
+  cp_async_commit();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 1>();  // Q has landed (this thread's copies) ...
+  __syncthreads();               // ... and everyone's
+
+  const uint32_t q_lane = smem_q + Smem::offset(lane & 15, lane >> 4);
+  uint32_t q_frag[Cfg::kQInRegs ? kQKSteps : 1][4];
+  if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) ldmatrix_x4(q_frag[kk], Smem::pair_step(q_lane, kk));
+  }
+  // This lane's ldmatrix addresses within a K or V tile (see task 4's LaneAddresses).
+  const uint32_t k_lane = Smem::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const uint32_t v_lane = Smem::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+  // This lane's two rows (lane / 4 and lane / 4 + 8 of the tile): query index and query head,
+  // for the elementwise predicate. Padding rows borrow the last real row's (never written).
+  int row_query[2], row_head[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = min(row0 + (lane >> 2) + 8 * hh, p.rows - 1);
+    row_query[hh] = r / p.group;
+    row_head[hh] = kv * p.group + r % p.group;
+  }
+
+  float o[kDTiles][4];
+  float row_max[2] = {-INFINITY, -INFINITY};  // raw scores
+  float row_sum[2] = {0.f, 0.f};              // this lane's share
+#pragma unroll
+  for (int j = 0; j < kDTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = 0.f;
+  const float scale_log2 = p.scale_log2;
+
+  for (int it = 0; it < my_tiles; ++it) {
+    // Refill the stage tile it - 1 used (every lane finished it: __syncwarp at loop end).
+    const int next = it + kStages - 1;
+    if (next < my_tiles) load_stage(next % kStages, tile_begin + warp + next * kW);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // tile it has landed (this lane's copies) ...
+    __syncwarp();                  // ... and the warp's
+    const uint32_t k_tile = ring + (it % kStages) * Cfg::kStageBytes;
+    const uint32_t v_tile = k_tile + Cfg::kTileBytes;
+    const int key0 = key_lo + (tile_begin + warp + it * kW) * kT;
+
+    // ---- S = Q K^T (fp32) ----
+    float s[kNTiles][4];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) {
+      uint32_t a[4];
+      if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = q_frag[kk][r];
+      } else {
+        ldmatrix_x4(a, Smem::pair_step(q_lane, kk));
+      }
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t bk[4];  // b0 b1 of n8 tile 2 np, then of 2 np + 1
+        ldmatrix_x4(bk, Smem::pair_step(k_tile + k_lane, kk) + np * kRows16);
+        Ops::mma(s[2 * np], a, bk[0], bk[1]);
+        Ops::mma(s[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    // ---- softcap (before the mask), then the predicate where some key may be hidden ----
+    if (p.mask.softcap > 0.0) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = attn::softcap_score(s[j][e], p.mask);
+    }
+    if (!(key0 >= unmasked.x && key0 + kT <= unmasked.y)) {
+      const int col0 = key0 + 2 * (lane & 3);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const attn::KeyMask<true> mask(p.mask, b, row_head[hh]);
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            s[j][2 * hh + e] = mask.apply(s[j][2 * hh + e], row_query[hh], col0 + j * 8 + e);
+      }
+    }
+
+    // ---- online softmax (the scale folded into exp2), as task 4's kernel ----
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float m_new = row_max[hh];
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) m_new = fmaxf(m_new, fmaxf(s[j][2 * hh], s[j][2 * hh + 1]));
+      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+      // A row with no visible key yet keeps m = -inf: subtract 0 instead (no -inf - -inf).
+      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+      const float correction = exp2_approx(fmaf(row_max[hh], scale_log2, -m_scaled));
+      row_max[hh] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const float p0 = exp2_approx(fmaf(s[j][2 * hh], scale_log2, -m_scaled));
+        const float p1 = exp2_approx(fmaf(s[j][2 * hh + 1], scale_log2, -m_scaled));
+        s[j][2 * hh] = p0;
+        s[j][2 * hh + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_sum[hh] = fmaf(row_sum[hh], correction, sum);
+#pragma unroll
+      for (int j = 0; j < kDTiles; ++j) {
+        o[j][2 * hh] *= correction;
+        o[j][2 * hh + 1] *= correction;
+      }
+    }
+
+    // ---- O += P V: P's accumulators, rounded pairwise, are the A fragments ----
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      uint32_t a[4];
+      a[0] = Ops::pack(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = Ops::pack(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = Ops::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = Ops::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t bv[4];  // b0 b1 of d tile 2 dp, then of 2 dp + 1
+        ldmatrix_x4_trans(bv, Smem::pair_step(v_tile + v_lane, dp) + kk * kRows16);
+        Ops::mma(o[2 * dp], a, bv[0], bv[1]);
+        Ops::mma(o[2 * dp + 1], a, bv[2], bv[3]);
+      }
+    }
+    __syncwarp();  // every lane has read this stage before it is refilled
+  }
+  cp_async_wait<0>();  // only empty groups can be left; the ring is free
+  __syncwarp();
+
+  // ---- merge the warps: each stages its O (relative to its row max) in its own ring ----
+  const int g = lane >> 2, t = lane & 3;
+  float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = g + 8 * hh;
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j)
+      *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
+          make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
+    float l = row_sum[hh];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t == 0) {
+      warp_max[warp][row] = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
+      warp_sum[warp][row] = l;
+    }
+  }
+  __syncthreads();
+
+  // Per row: the block's max and sum, each warp's weight, the sink (split 0 only) and lse.
+  if (tid < kRowsPerTile) {
+    const int rr = tid;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) m = fmaxf(m, warp_max[w][rr]);
+    float weight[kW], l = 0.f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) {
+      weight[w] = warp_max[w][rr] == -INFINITY ? 0.f : exp2f(warp_max[w][rr] - m);
+      l = fmaf(weight[w], warp_sum[w][rr], l);
+    }
+    float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
+    float lse = l > 0.f ? m + log2f(l) : -INFINITY;
+    if (p.mask.sinks != nullptr && split == 0 && rr < rows_here) {
+      const int head = kv * p.group + (row0 + rr) % p.group;
+      const auto sink = attn::sink_term(p.mask.sinks[head], m);
+      const float total = fmaf(l, sink.keys, sink.sink);
+      factor = total > 0.f ? sink.keys / total : 0.f;
+      lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
+    }
+#pragma unroll
+    for (int w = 0; w < kW; ++w) warp_weight[w][rr] = weight[w] * factor;
+    if (p.num_splits > 1 && rr < rows_here)
+      p.lse[(b_kv * p.num_splits + split) * p.rows + row0 + rr] = lse;
+  }
+  __syncthreads();
+
+  // The rows' outputs, 8 elements per thread and step: normalised in q's dtype (one split) or
+  // float32 partials. Padding rows and columns >= head_dim are never written.
+  constexpr int kChunks8 = Cfg::kHeadDim / 8;
+  for (int idx = tid; idx < kRowsPerTile * kChunks8; idx += Cfg::kThreads) {
+    const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
+    if (rr >= rows_here || d0 >= p.head_dim) continue;
+    float val[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) val[e] = 0.f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) {
+      const float weight = warp_weight[w][rr];
+      const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
+                         rr * Cfg::kScratchStride + d0;
+      const float4 lo = *reinterpret_cast<const float4*>(src);
+      const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+      val[0] = fmaf(weight, lo.x, val[0]);
+      val[1] = fmaf(weight, lo.y, val[1]);
+      val[2] = fmaf(weight, lo.z, val[2]);
+      val[3] = fmaf(weight, lo.w, val[3]);
+      val[4] = fmaf(weight, hi.x, val[4]);
+      val[5] = fmaf(weight, hi.y, val[5]);
+      val[6] = fmaf(weight, hi.z, val[6]);
+      val[7] = fmaf(weight, hi.w, val[7]);
+    }
+    const int r = row0 + rr;
+    if (p.num_splits == 1) {
+      const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+      Element* dst = static_cast<Element*>(p.out) + b * p.o_stride_b + head * p.o_stride_h +
+                     static_cast<int64_t>(r / p.group) * p.o_stride_s + d0;
+      if (p.out_vec16) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(Ops::pack(val[0], val[1]), Ops::pack(val[2], val[3]),
+                                                    Ops::pack(val[4], val[5]), Ops::pack(val[6], val[7]));
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dst[e] = from_float<Element>(val[e]);
+      }
+    } else {
+      float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
+      *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
+    }
+  }
+  // END SOLUTION
+#else
+  // Built for a GPU older than sm_80 (no cp.async, no bf16 mma): the host refuses to launch.
+  __trap();
+#endif
+}
+
+// ---- host side: configuration, checks and launch (given) ---------------------------------
+
+// Above 48 KB a kernel must opt in to more dynamic shared memory; false if the GPU has less
+// shared memory per block than the configuration needs (sm_86/89: 99 KB), or is older than
+// sm_80 (no cp.async, no bf16 mma.sync).
+template <typename Element, typename Cfg>
+bool prepare_kernel(int device) {
+  int major = 0, optin = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (major < 8 || optin < Cfg::kSmemBytes) return false;
+  C10_CUDA_CHECK(cudaFuncSetAttribute(decode_gqa_kernel<Element, Cfg>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  return true;
+}
+
+// Call fn with a null pointer of the configuration type for head_dim (the smallest that holds it).
+template <typename Fn>
+decltype(auto) with_config(int64_t head_dim, Fn&& fn) {
+  if (head_dim <= 64) return fn(static_cast<GqaD64*>(nullptr));
+  if (head_dim <= 96) return fn(static_cast<GqaD96*>(nullptr));
+  if (head_dim <= 128) return fn(static_cast<GqaD128*>(nullptr));
+  return fn(static_cast<GqaD256*>(nullptr));
+}
+
+// Call fn with a null pointer of the element type of q.
+template <typename Fn>
+decltype(auto) with_element(const torch::ScalarType dtype, Fn&& fn) {
+  if (dtype == torch::kHalf) return fn(static_cast<__half*>(nullptr));
+  return fn(static_cast<__nv_bfloat16*>(nullptr));
+}
+
+bool rows_aligned_16(const torch::Tensor& t) {
+  if (!pointer_aligned(t.data_ptr(), 16)) return false;
+  for (int dim = 0; dim < 3; ++dim) {
+    if (!stride_multiple(t, dim, 8)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---- entry points (declared in binding.cpp) -----------------------------------------------
+
+// The kernel's geometry for head_dim and dtype on `device`: {keys per warp tile, warps per
+// block, resident blocks per SM} (0 blocks: this GPU cannot run it), for the split heuristic
+// and the routing of task5/attention.py.
+std::vector<int64_t> decode_gqa_geometry(int64_t head_dim, bool bf16, int64_t device) {
+  TORCH_CHECK_VALUE(head_dim > 0 && head_dim <= kGqaMaxHeadDim && head_dim % 8 == 0,
+                    attn::str("head_dim must be a multiple of 8 up to ", kGqaMaxHeadDim, " but is ",
+                    head_dim, "."));
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  return with_config(head_dim, [&](auto* cfg_tag) {
+    using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
+    return with_element(bf16 ? torch::kBFloat16 : torch::kHalf, [&](auto* element_tag) {
+      using Element = std::remove_pointer_t<decltype(element_tag)>;
+      int blocks = 0;
+      if (prepare_kernel<Element, Cfg>(static_cast<int>(device))) {
+        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &blocks, decode_gqa_kernel<Element, Cfg>, Cfg::kThreads, Cfg::kSmemBytes));
+      }
+      return std::vector<int64_t>{Cfg::kTileKeys, Cfg::kWarps, blocks};
+    });
+  });
+}
+
+// Beyond the course: softmax(q k^T * scale) v for S_q <= 16 query rows per (batch, query
+// head), q [B, H_q, S_q, D] against k/v [B, H_kv, S_k, D] (H_q a multiple of H_kv; fp16 or
+// bf16; D a multiple of 8 up to 256), the queries being the last S_q positions of their
+// sequence, with every attention variant of common/variants.py. num_splits key ranges per
+// (sequence, KV head), merged by their log-sum-exp. Returns [B, H_q, S_q, D] (or `out`).
+torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
+                                   std::optional<int64_t> window, int64_t stride,
+                                   std::optional<torch::Tensor> mask,
+                                   std::optional<torch::Tensor> key_lengths, bool left_padding,
+                                   std::optional<double> softcap, std::optional<torch::Tensor> sinks,
+                                   std::optional<double> scale, int64_t num_splits,
+                                   std::optional<torch::Tensor> out) {
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    attn::check_cuda_tensor(*t, name);
+  }
+  attn::check_dtype(q, "q", {torch::kHalf, torch::kBFloat16});
+  attn::check_same(q, "q", k, "k");
+  attn::check_same(q, "q", v, "v");
+  attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
+  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
+  attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
+  const int group = attn::check_qkv_shapes(q, k, v);
+  const int64_t batch = q.size(0), heads_q = q.size(1), seq_q = q.size(2), head_dim = q.size(3);
+  const int64_t heads_kv = k.size(1), seq_k = k.size(2);
+  TORCH_CHECK_VALUE(seq_q >= 1 && seq_q <= kMaxQueryRows, attn::str("the grouped-query decode takes 1 to ",
+                    kMaxQueryRows, " query rows per sequence (q [batch, heads, seq_q, head_dim]) but q "
+                    "has shape ", q.sizes(), "; run longer chunks through task 4's flash_attention."));
+  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim <= kGqaMaxHeadDim, attn::str("head_dim must be a "
+                    "multiple of 8 up to ", kGqaMaxHeadDim, " (rows move in 16-byte pieces) but is ",
+                    head_dim, "."));
+  TORCH_CHECK_VALUE(seq_k <= std::numeric_limits<int32_t>::max() / 2, attn::str("seq_k ", seq_k,
+                    " is too long for 32-bit key indices."));
+  TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= MAX_SPLITS, attn::str("num_splits must be in [1, ",
+                    MAX_SPLITS, "] but is ", num_splits, "."));
+  check_last_dim_contiguous(q, "q");
+  check_last_dim_contiguous(k, "k");
+  check_last_dim_contiguous(v, "v");
+  check_out_like_q(out, q);
+  if (out.has_value()) {
+    // Other blocks still read q, k and v while a block writes its rows.
+    TORCH_CHECK_VALUE(!out->is_alias_of(q) && !out->is_alias_of(k) && !out->is_alias_of(v),
+                      attn::str("out shares memory with q, k or v; pass a separate tensor."));
+  }
+  const int64_t rows = static_cast<int64_t>(group) * seq_q;
+  const int64_t row_tiles = (rows + kRowsPerTile - 1) / kRowsPerTile;
+  const int64_t blocks = batch * heads_kv * num_splits * row_tiles;
+  TORCH_CHECK_VALUE(blocks <= std::numeric_limits<int32_t>::max() && rows <= std::numeric_limits<int32_t>::max(),
+                    attn::str("batch * kv_heads * num_splits * row tiles = ", blocks, " blocks is more "
+                    "than one launch takes; use fewer splits."));
+
+  const double scale_value = attn::softmax_scale(scale, head_dim);
+  GqaParams p{};
+  // An additive mask value a (logit units) is a / scale in the kernel's raw score units.
+  p.mask = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths, left_padding,
+                                  static_cast<float>(1.0 / scale_value));
+  // The float32 copy of the sinks p.mask points to lives until the launch below.
+  const std::optional<torch::Tensor> sink_values =
+      attn::set_score_transforms(p.mask, q, softcap, sinks, scale_value);
+
+  c10::cuda::CUDAGuard guard(q.device());
+  const int device = q.device().index();
+  const bool ready = with_config(head_dim, [&](auto* cfg_tag) {
+    using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
+    return with_element(q.scalar_type(), [&](auto* element_tag) {
+      return prepare_kernel<std::remove_pointer_t<decltype(element_tag)>, Cfg>(device);
+    });
+  });
+  TORCH_CHECK_VALUE(ready, attn::str("the grouped-query decode kernel needs a GPU of compute capability "
+                    "8.0 or newer with enough shared memory per block for head_dim ", head_dim,
+                    "; this GPU has too little. Use decode_attention_grouped (CUDA cores) instead."));
+
+  // 16-byte copies only: a view whose rows do not allow them is copied once (rare).
+  const torch::Tensor qa = rows_aligned_16(q) ? q : q.contiguous();
+  const torch::Tensor ka = rows_aligned_16(k) ? k : k.contiguous();
+  const torch::Tensor va = rows_aligned_16(v) ? v : v.contiguous();
+  torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
+  p.q = qa.data_ptr();
+  p.k = ka.data_ptr();
+  p.v = va.data_ptr();
+  p.out = result.data_ptr();
+  p.q_stride_b = qa.stride(0);
+  p.q_stride_h = qa.stride(1);
+  p.q_stride_s = qa.stride(2);
+  p.k_stride_b = ka.stride(0);
+  p.k_stride_h = ka.stride(1);
+  p.k_stride_s = ka.stride(2);
+  p.v_stride_b = va.stride(0);
+  p.v_stride_h = va.stride(1);
+  p.v_stride_s = va.stride(2);
+  p.o_stride_b = result.stride(0);
+  p.o_stride_h = result.stride(1);
+  p.o_stride_s = result.stride(2);
+  p.heads_kv = static_cast<int>(heads_kv);
+  p.group = group;
+  p.seq_q = static_cast<int>(seq_q);
+  p.head_dim = static_cast<int>(head_dim);
+  p.rows = static_cast<int>(rows);
+  p.row_tiles = static_cast<int>(row_tiles);
+  p.num_splits = static_cast<int>(num_splits);
+  p.scale_log2 = static_cast<float>(LOG2_E * scale_value);
+  p.out_vec16 = rows_aligned_16(result) ? 1 : 0;
+
+  // The partials live until the merge has run (the caching allocator reuses the memory in
+  // stream order, and inside a CUDA graph capture from the graph's pool).
+  torch::Tensor partial, lse;
+  if (num_splits > 1) {
+    const auto options = q.options().dtype(torch::kFloat32);
+    partial = torch::empty({batch, heads_kv, num_splits, rows, head_dim}, options);
+    lse = torch::empty({batch, heads_kv, num_splits, rows}, options);
+    p.partial = partial.data_ptr<float>();
+    p.lse = lse.data_ptr<float>();
+  }
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  with_config(head_dim, [&](auto* cfg_tag) {
+    using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
+    with_element(q.scalar_type(), [&](auto* element_tag) {
+      using Element = std::remove_pointer_t<decltype(element_tag)>;
+      decode_gqa_kernel<Element, Cfg>
+          <<<static_cast<unsigned>(blocks), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+      attn::check_launch("decode_gqa_kernel");
+      if (num_splits > 1) {
+        MergeParams<Element, float> merge{p.partial, p.lse, static_cast<Element*>(p.out),
+                                          p.o_stride_b, p.o_stride_h, static_cast<int>(heads_q),
+                                          group, p.num_splits, p.head_dim, p.seq_q, p.o_stride_s};
+        merge_lse_splits<Element>(merge, batch * heads_kv * rows, stream);
+      }
+    });
+  });
+  return result;
+}
