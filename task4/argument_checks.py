@@ -204,7 +204,7 @@ def arguments_group(args=None):
                                         f"raised {type(err).__name__}: {err}"))
                     continue
                 if path == "Hopper kernel" and prefill._hopper_version(
-                        q, k, v, True, None, None, 1, None, None) is None:
+                        q, k, v, True, None) is None:
                     checks.append(Check(f"{dname} {path}: takes the call", False,
                                         "the Hopper kernel does not take the base inputs"))
                     continue

@@ -91,12 +91,13 @@ def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_le
     task5.attention.attention): picks the kernel and runs it; no path below checks again."""
     if _strided_as_dense_classes(q, k, stride, window, mask, key_lengths):
         return _strided_by_classes(q, k, v, causal, out, stride, softcap, sinks, scale)
-    version = _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths,
-                              softcap, sinks)
+    version = _hopper_version(q, k, v, causal, out, stride, mask)
     if version is not None:
         from task4 import hopper
 
-        return hopper.flash_attention_hopper(q, k, v, causal, version, out, scale=scale)
+        return hopper.flash_attention_hopper(
+            q, k, v, causal, version, out, scale=scale, window=window, stride=stride, mask=mask,
+            key_lengths=key_lengths, left_padding=left_padding, softcap=softcap, sinks=sinks)
     ext = _extension()
     if q.dtype in HALF_DTYPES:
         return call_extension(ext.flash_attention_mma, q, k, v, causal, out, window, stride,
@@ -107,10 +108,10 @@ def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_le
 
 # The Hopper kernel (task4/flash_attention_hopper.cu) for fp16/bf16 on an H100 or H200, at
 # the rung of its ladder that measured fastest for the head_dim and mask (Results.md, "The
-# Hopper kernel"; at 64 the causal mask wastes more of v6's 192-row tiles on the diagonal);
-# everything it does not take (other head dims, windows, strides, masks, key lengths, softcap,
-# sinks, other GPUs, a failed build, a kernel that is not written yet) stays on the mma.sync
-# kernel (a custom scale it takes: it is only the exponent's factor). On
+# Hopper kernel"; at 64 the causal mask wastes more of v6's 192-row tiles on the diagonal),
+# with windows, key lengths, softcap, sinks and a scale (its general predicate); what it does
+# not take (a mask tensor or a stride, other head dims, other GPUs, strides the TMA refuses, a
+# failed build, a kernel that is not written yet) stays on the mma.sync kernel. On
 # by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`) keeps fp16/bf16 on
 # the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
@@ -129,21 +130,16 @@ def hopper_prefill(enabled: bool):
         HOPPER_PREFILL = before
 
 
-def _hopper_version(q, k, v, causal, out, window, stride, mask, key_lengths, softcap=None,
-                    sinks=None) -> int | None:
+def _hopper_version(q, k, v, causal, out, stride=1, mask=None) -> int | None:
     """The Hopper kernel's version to run these inputs on, or None for the mma.sync kernel."""
     if not HOPPER_PREFILL or not isinstance(q, torch.Tensor) or q.dtype not in HALF_DTYPES:
-        return None
-    if softcap is not None or sinks is not None:   # not in the Hopper kernel yet (issue 31)
         return None
     version = HOPPER_VERSION.get((q.shape[-1], bool(causal)))
     if version is None or not _hopper_ready():
         return None
     from task4 import hopper
 
-    takes = hopper.supports(q, k, v, causal, out, window=window, stride=stride, mask=mask,
-                            key_lengths=key_lengths)
-    return version if takes else None
+    return version if hopper.supports(q, k, v, out, stride=stride, mask=mask) else None
 
 
 def _hopper_ready() -> bool:

@@ -67,8 +67,13 @@
 // What this kernel takes (hopper_supports; everything else runs on the mma.sync kernel):
 // fp16/bf16, head_dim 64 or 128, causal (bottom-right aligned when Sq != Sk) or not, GQA/MQA,
 // any strides with a contiguous last dimension that the TMA accepts (16-byte multiples). The
-// mask semantics are attention_mask.cuh's KeyMask<false> (sequence end and causal diagonal),
-// the same predicate the other kernels use; a row with no visible key outputs zeros.
+// mask semantics are attention_mask.cuh's KeyMask, the predicate the other kernels use:
+// KeyMask<false> (sequence end and causal diagonal) for dense attention, and, instantiated
+// with Tile::kGeneral for versions 2 and 5, sliding windows and key lengths (varlen and left
+// padding) as one interval of visible keys per row, the softcap on every tile's scores and
+// the sinks in the epilogue. Key tiles no row of a CTA sees are never loaded (a window costs
+// its visible tiles) and tiles every row sees whole skip the mask. A mask tensor or a stride
+// (a per-key predicate) stays on the mma.sync kernel. A row with no visible key outputs zeros.
 //
 // Sources for the hardware facts (read, not copied; cited where used):
 //   [desc]  CUTLASS include/cute/arch/mma_sm90_desc.hpp: GmmaDescriptor bit fields.
@@ -121,10 +126,14 @@ using Params = mma_attn::Params;  // the same parameters as the mma.sync kernel
 // Tile configuration
 // ---------------------------------------------------------------------------------------
 
-template <int kHeadDim_, int kVersion_>
+template <int kHeadDim_, int kVersion_, bool kGeneral_ = false>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kVersion = kVersion_;
+  // The variant predicate: false = attention_mask.cuh's KeyMask<false> (sequence end, causal
+  // diagonal: the dense kernels), true = KeyMask<true> (windows, key lengths, masks, strides)
+  // plus the softcap and the sinks.
+  static constexpr bool kGeneral = kGeneral_;
   static constexpr bool kTma = kVersion >= 2;
   static constexpr bool kWarpSpecialized = kVersion >= 3;
   static constexpr bool kIntraOverlap = kVersion >= 4;  // softmax[j] overlaps P[j-1] V[j-1]
@@ -685,9 +694,26 @@ __device__ __forceinline__ void compute_scores(float (&s)[Cfg::kBlockN / 2], uin
 // column 2q of chunk 0.
 template <typename Cfg>
 __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
-                                           const attn::KeyMask<false>& mask, int row0, int col0) {
+                                           const attn::KeyMask<Cfg::kGeneral>& mask, int row0, int col0) {
   // BEGIN SOLUTION kernel
   // HINT: s[4c + 2h + e] is row row0 + 8h, key col0 + 8c + e: mask.apply each.
+  if constexpr (Cfg::kGeneral) {
+    // Windows, key lengths, causal: each row's visible keys are one interval, two comparisons
+    // per key. (No mask tensor or stride here, the host refuses them: their per-key predicate
+    // made v5's consumers spill, ptxas says; they run on the mma.sync kernel.)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int2 keys = mask.visible_keys(row0 + 8 * h);
+#pragma unroll
+      for (int c = 0; c < Cfg::kBlockN / 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = col0 + 8 * c + e;
+          if (key < keys.x || key >= keys.y) s[4 * c + 2 * h + e] = -INFINITY;
+        }
+    }
+    return;
+  }
 #pragma unroll
   for (int c = 0; c < Cfg::kBlockN / 8; ++c)
 #pragma unroll
@@ -831,11 +857,19 @@ __device__ __forceinline__ void write_output(const Params& p, const RowState<Cfg
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     // l >= 1 for a row that saw a key (its maximum contributes exp2(0) = 1); 0 otherwise.
-    const float inv_l = l > 0.f ? __fdividef(1.f, l) : 0.f;
+    float inv_l = l > 0.f ? __fdividef(1.f, l) : 0.f;
+    float lse2 = l > 0.f ? fmaf(st.row_max[h], p.scale_log2, __log2f(l)) : -INFINITY;
+    if constexpr (Cfg::kGeneral) {
+      // An attention sink joins the max and the denominator once, here (attn::sink_term).
+      if (p.mask.sinks != nullptr) {
+        const auto sink = attn::sink_term(p.mask.sinks[head], st.row_max[h] * p.scale_log2);
+        const float total = fmaf(l, sink.keys, sink.sink);
+        inv_l = total > 0.f ? sink.keys / total : 0.f;
+        lse2 = total > 0.f ? sink.top + __log2f(total) : -INFINITY;
+      }
+    }
     const int row = wg_row0 + 16 * warp + g + 8 * h;
-    if (p.lse != nullptr && q == 0 && m_start + row < p.seq_q)
-      p.lse[bh * p.seq_q + m_start + row] =
-          l > 0.f ? fmaf(st.row_max[h], p.scale_log2, __log2f(l)) : -INFINITY;
+    if (p.lse != nullptr && q == 0 && m_start + row < p.seq_q) p.lse[bh * p.seq_q + m_start + row] = lse2;
 #pragma unroll
     for (int c = 0; c < Cfg::kHeadDim / 8; ++c) {
       const uint32_t packed = Ops::pack(st.o[4 * c + 2 * h] * inv_l, st.o[4 * c + 2 * h + 1] * inv_l);
@@ -867,9 +901,16 @@ __device__ __forceinline__ void write_output(const Params& p, const RowState<Cfg
 // What one CTA works on (uniform over the CTA).
 struct CtaWork {
   int64_t bh, batch, head, kv_head;
-  int m_start;       // first query row of the CTA tile
-  int n_tiles;       // key tiles visited, n_block = n_tiles - 1 down to 0 (masked ones first)
-  int unmasked_end;  // key tiles n_block < unmasked_end are visible to every row: no mask
+  int m_start;         // first query row of the CTA tile
+  int n_first;         // the lowest key tile any row of the CTA sees (a window's, left padding's)
+  int n_tiles;         // key tiles visited: n_block = n_first + n_tiles - 1 down to n_first
+  int unmasked_begin;  // key tiles in [unmasked_begin, unmasked_end) are visible to every row
+  int unmasked_end;    // with no bias: no mask there
+  // Key tile of the j-th step (highest first: the masked tiles at the diagonal come first).
+  __device__ __forceinline__ int n_block(int j) const { return n_first + n_tiles - 1 - j; }
+  __device__ __forceinline__ bool needs_mask(int n_block) const {
+    return n_block >= unmasked_end || n_block < unmasked_begin;
+  }
 };
 
 template <typename Cfg>
@@ -881,12 +922,42 @@ __device__ __forceinline__ CtaWork cta_work(const Params& p) {
   w.head = w.bh % p.heads;
   w.kv_head = w.head / p.kv_group;  // GQA: the query heads of a group share K/V
   w.m_start = static_cast<int>(gridDim.x - 1 - blockIdx.x) * Cfg::kBlockM;
-  const attn::KeyMask<false> mask(p.mask, w.batch, w.head);
+  const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
   const int q_last = w.m_start + Cfg::kBlockM - 1;
-  w.n_tiles = max((mask.keys_end(q_last) + Cfg::kBlockN - 1) / Cfg::kBlockN, 0);
+  // Key tiles that no row of the CTA can see are never loaded (a window costs its tiles).
+  w.n_first = max(mask.keys_begin(w.m_start), 0) / Cfg::kBlockN;
+  const int n_end = max(w.n_first, (mask.keys_end(q_last) + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  w.n_tiles = n_end - w.n_first;
   const int2 unmasked = mask.unmasked_keys(w.m_start, q_last);
+  w.unmasked_begin = (unmasked.x + Cfg::kBlockN - 1) / Cfg::kBlockN;
   w.unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / Cfg::kBlockN : 0;
   return w;
+}
+
+// What a tile's scores need before the softmax: the softcap (Gemma-2; every tile, before a
+// mask's bias, general instantiation only) and the mask, on the tiles that need it (a uniform
+// branch: tiles inside [unmasked_begin, unmasked_end) skip the per-element predicate).
+template <typename Cfg>
+__device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], const Params& p,
+                                               const CtaWork& w,
+                                               const attn::KeyMask<Cfg::kGeneral>& mask,
+                                               int n_block, int row0, int col_in_tile) {
+  if constexpr (Cfg::kGeneral) {
+    if (p.mask.softcap > 0.0) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = attn::softcap_score(s[i], p.mask);
+    }
+  }
+  if (!w.needs_mask(n_block)) return;
+  if constexpr (Cfg::kGeneral) {
+    // The general predicate is rebuilt here, on the tiles that need it, from the kernel's
+    // parameters (constant memory): kept live across the key loop its ~17 registers made
+    // v5's consumers spill (ptxas), and most tiles need none of them.
+    const attn::KeyMask<true> tile_mask(p.mask, w.batch, w.head);
+    apply_mask<Cfg>(s, tile_mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+  } else {
+    apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+  }
 }
 
 // The shared-memory addresses of one CTA (the dynamic allocation rounded up to 1024 bytes).
@@ -944,17 +1015,17 @@ __device__ __forceinline__ void attention_v1(const Params& p, unsigned char* sme
   mma_attn::cp_async_commit();
   if (w.n_tiles > 0)
     load_tile_cp_async<D, Cfg::kBlockN, 128>(smem.k, k_head, p.k, p.k_row_stride,
-                                             (w.n_tiles - 1) * Cfg::kBlockN, p.seq_k, tid);
+                                             w.n_block(0) * Cfg::kBlockN, p.seq_k, tid);
   mma_attn::cp_async_commit();
 
   RowState<Cfg> st;
   init_row_state(st);
-  const attn::KeyMask<false> mask(p.mask, w.batch, w.head);
+  const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
   const int row0 = w.m_start + 16 * (tid >> 5) + ((tid & 31) >> 2);  // this thread's row g
   const int col_in_tile = 2 * (tid & 3);
 
   for (int j = 0; j < w.n_tiles; ++j) {
-    const int n_block = w.n_tiles - 1 - j;
+    const int n_block = w.n_block(j);
     // K[n_block] (and Q) landed for every thread, and everyone is done with V[n_block + 1].
     mma_attn::cp_async_wait<0>();
     fence_proxy_async();
@@ -965,14 +1036,14 @@ __device__ __forceinline__ void attention_v1(const Params& p, unsigned char* sme
 
     float s[Cfg::kBlockN / 2];
     compute_scores<Element, Cfg>(s, smem.q, smem.k);
-    if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+    prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
 
     // V[n_block] landed, and everyone is done with K[n_block]: K[n_block - 1] loads during
     // the softmax and P V.
     mma_attn::cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
-    if (n_block > 0)
+    if (n_block > w.n_first)
       load_tile_cp_async<D, Cfg::kBlockN, 128>(smem.k, k_head, p.k, p.k_row_stride,
                                                (n_block - 1) * Cfg::kBlockN, p.seq_k,
                                                mma_attn::thread_index_fresh());
@@ -1018,27 +1089,27 @@ __device__ __forceinline__ void attention_v2(const Params& p, unsigned char* sme
     load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), w.m_start,
                                                static_cast<int>(w.head), static_cast<int>(w.batch));
     for (int j = 0; j < kStages && j < w.n_tiles; ++j) {
-      issue_kv_tile<Cfg>(smem.k_stage(j), map_k, smem.k_full(j), w.n_tiles - 1 - j, w);
-      issue_kv_tile<Cfg>(smem.v_stage(j), map_v, smem.v_full(j), w.n_tiles - 1 - j, w);
+      issue_kv_tile<Cfg>(smem.k_stage(j), map_k, smem.k_full(j), w.n_block(j), w);
+      issue_kv_tile<Cfg>(smem.v_stage(j), map_v, smem.v_full(j), w.n_block(j), w);
     }
   }
 
   RowState<Cfg> st;
   init_row_state(st);
-  const attn::KeyMask<false> mask(p.mask, w.batch, w.head);
+  const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
   const int row0 = w.m_start + 16 * (tid >> 5) + ((tid & 31) >> 2);
   const int col_in_tile = 2 * (tid & 3);
 
   mbarrier_wait(smem.q_full(), 0);
   for (int j = 0; j < w.n_tiles; ++j) {
-    const int n_block = w.n_tiles - 1 - j;
+    const int n_block = w.n_block(j);
     const int stage = j % kStages;
     // Tile j is the (j / kStages)-th use of its stage: that phase's parity.
     const uint32_t parity = (j / kStages) & 1;
     mbarrier_wait(smem.k_full(stage), parity);
     float s[Cfg::kBlockN / 2];
     compute_scores<Element, Cfg>(s, smem.q, smem.k_stage(stage));
-    if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+    prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
     // Every warp is done with K[stage]: refill it with tile j + kStages.
     __syncthreads();
     if (tid == 0 && j + kStages < w.n_tiles)
@@ -1076,7 +1147,7 @@ __device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWork& w,
                                                    const SmemTiles<Cfg>& smem, RowState<Cfg>& st,
-                                                   const attn::KeyMask<false>& mask, uint32_t q_rows,
+                                                   const attn::KeyMask<Cfg::kGeneral>& mask, uint32_t q_rows,
                                                    int row0, int col_in_tile, int consumer, int lane) {
   // BEGIN SOLUTION kernel
   // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1: wait K[j] and
@@ -1110,13 +1181,13 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   wgmma_wait<0>();
   fence_registers(s);
   release_stage(smem.k_empty(0), lane);
-  int n_block = n_tiles - 1;
-  if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+  int n_block = w.n_block(0);
+  prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
   softmax_update<Cfg>(s, st, p.scale_log2, correction);
   pack_p<Element, Cfg>(a, s);
 
   for (int j = 1; j < n_tiles; ++j) {
-    n_block = n_tiles - 1 - j;
+    n_block = w.n_block(j);
     mbarrier_wait(smem.k_full(stage_of(j)), parity_of(j));
     mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
     my_turn();
@@ -1126,7 +1197,7 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     wgmma_wait<1>();  // S[j] is in; P[j-1] V[j-1] may still run
     fence_registers(s);
     release_stage(smem.k_empty(stage_of(j)), lane);
-    if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+    prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
     softmax_update<Cfg>(s, st, p.scale_log2, correction);
     wgmma_wait<0>();  // O is written and P[j-1]'s fragments are read
     fence_registers(st.o);
@@ -1186,7 +1257,7 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
       load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), w.m_start,
                                                  static_cast<int>(w.head), static_cast<int>(w.batch));
       for (int j = 0; j < w.n_tiles; ++j) {
-        const int n_block = w.n_tiles - 1 - j;
+        const int n_block = w.n_block(j);
         const int stage = j % kStages;
         // Tile j reuses the stage of tile j - kStages: wait until the consumers released it,
         // the (j / kStages - 1)-th completion of the stage's empty barrier.
@@ -1205,7 +1276,7 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
     const int lane = tid & 31;
     RowState<Cfg> st;
     init_row_state(st);
-    const attn::KeyMask<false> mask(p.mask, w.batch, w.head);
+    const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
     const int row0 = w.m_start + 64 * consumer + 16 * (thread_in_wg >> 5) + (lane >> 2);
     const int col_in_tile = 2 * (lane & 3);
     const uint32_t q_rows = smem.q + consumer * 64 * 128;  // this warpgroup's rows of each column block
@@ -1215,14 +1286,14 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
       consume_overlapped<Element, Cfg>(p, w, smem, st, mask, q_rows, row0, col_in_tile, consumer, lane);
     } else {
       for (int j = 0; j < w.n_tiles; ++j) {
-        const int n_block = w.n_tiles - 1 - j;
+        const int n_block = w.n_block(j);
         const int stage = j % kStages;
         const uint32_t parity = (j / kStages) & 1;
         mbarrier_wait(smem.k_full(stage), parity);
         float s[Cfg::kBlockN / 2];
         compute_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage));
         release_stage(smem.k_empty(stage), lane);
-        if (n_block >= w.unmasked_end) apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+        prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
         online_softmax_step<Cfg>(s, st, p.scale_log2);
         mbarrier_wait(smem.v_full(stage), parity);
         compute_pv<Element, Cfg>(st, s, smem.v_stage(stage));
@@ -1269,10 +1340,9 @@ namespace {
 // Why the Hopper kernel cannot take these inputs, or "" when it can. Never throws: Python's
 // dispatch asks this first and falls back to the mma.sync kernel on any reason.
 std::string hopper_refusal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                           const std::optional<torch::Tensor>& out, bool has_window, int64_t stride,
-                           bool has_mask, bool has_key_lengths) {
-  if (has_window || stride != 1 || has_mask || has_key_lengths)
-    return "a window, stride, mask tensor or key lengths (dense and causal attention only)";
+                           const std::optional<torch::Tensor>& out, int64_t stride, bool has_mask) {
+  if (stride != 1 || has_mask)
+    return "a mask tensor or a stride (their per-key predicate runs on the mma.sync kernel)";
   for (const torch::Tensor* t : {&q, &k, &v}) {
     if (!t->defined() || !t->is_cuda()) return "a tensor that is not on a CUDA device";
     if (t->dim() != 4) return "tensors that are not 4-dimensional";
@@ -1404,17 +1474,28 @@ void dispatch_version(const hopper_attn::Params& p, const torch::Tensor& q, cons
   }
 }
 
+// The general predicate (windows, key lengths, softcap, sinks) is instantiated for
+// the versions flash_attention routes to: 2, and 5 (which also takes v6's calls: v6's
+// 160-register consumers would spill the predicate's state, ptxas says, where v5's 240 hold it).
+template <typename Element, int kHeadDim>
+void dispatch_general(const hopper_attn::Params& p, const torch::Tensor& q, const torch::Tensor& k,
+                      const torch::Tensor& v, int64_t version, cudaStream_t stream) {
+  if (version == 2) return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 2, true>>(p, q, k, v, stream);
+  return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5, true>>(p, q, k, v, stream);
+}
+
 }  // namespace
 
 // True when flash_attention_hopper takes these inputs (and this GPU); Python's dispatch calls
 // it first and runs the mma.sync kernel otherwise.
+// Causal, GQA, S_q != S_k, windows, key lengths (varlen, left padding), softcap, sinks and a
+// scale are taken; a mask tensor or a stride is not (the mma.sync kernel runs them); then the
+// dtype, head_dim, the GPU and the strides decide.
 bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
-                     std::optional<torch::Tensor> out, std::optional<int64_t> window, int64_t stride,
-                     std::optional<torch::Tensor> mask, std::optional<torch::Tensor> key_lengths) {
+                     std::optional<torch::Tensor> out, int64_t stride,
+                     std::optional<torch::Tensor> mask) {
   try {
-    return hopper_refusal(q, k, v, out, window.has_value(), stride, mask.has_value(),
-                          key_lengths.has_value())
-        .empty();
+    return hopper_refusal(q, k, v, out, stride, mask.has_value()).empty();
   } catch (...) {
     return false;
   }
@@ -1422,7 +1503,12 @@ bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
 
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                      int64_t version, std::optional<torch::Tensor> out,
-                                     std::optional<torch::Tensor> lse, std::optional<double> scale) {
+                                     std::optional<torch::Tensor> lse, std::optional<double> scale,
+                                     std::optional<int64_t> window, int64_t stride,
+                                     std::optional<torch::Tensor> mask,
+                                     std::optional<torch::Tensor> key_lengths, bool left_padding,
+                                     std::optional<double> softcap,
+                                     std::optional<torch::Tensor> sinks) {
   // ---- validation: the same messages as the mma.sync kernel, then what only this one needs ----
   attn::check_cuda_tensor(q, "q");
   attn::check_cuda_tensor(k, "k");
@@ -1449,15 +1535,25 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                       attn::str("out shares memory with q, k or v; pass a separate tensor."));
   }
   c10::cuda::CUDAGuard device_guard(q.device());
-  const std::string refusal = hopper_refusal(q, k, v, out, false, 1, false, false);
+  const std::string refusal = hopper_refusal(q, k, v, out, stride, mask.has_value());
   TORCH_CHECK_VALUE(refusal.empty(), attn::str("flash_attention_hopper does not take ", refusal,
                     "; call task4.attention.flash_attention, which runs the mma.sync kernel for it."));
 
   torch::Tensor o = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
   hopper_attn::Params p;
   // A custom softmax scale is only the exponent's factor, p.scale_log2.
-  mma_attn::set_problem(p, q, k, v, o, kv_group, attn::softmax_scale(scale, q.size(3)));
-  p.mask = attn::make_mask_params(q, k, causal, std::nullopt, 1, std::nullopt, std::nullopt, false, 1.f);
+  const double scale_value = attn::softmax_scale(scale, q.size(3));
+  mma_attn::set_problem(p, q, k, v, o, kv_group, scale_value);
+  // An additive mask value a (logit units) is a / scale in the kernel's raw score units.
+  p.mask = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths, left_padding,
+                                  static_cast<float>(1.0 / scale_value));
+  // The float32 sinks that p points to live until the launch below.
+  const std::optional<torch::Tensor> sink_values =
+      attn::set_score_transforms(p.mask, q, softcap, sinks, scale_value);
+  const bool general = p.mask.general();
+  TORCH_CHECK_VALUE(!general || version == 2 || version >= 5, attn::str("a window, key lengths, "
+                    "softcap or sinks run versions 2, 5 or 6 of the Hopper kernel (the ones "
+                    "flash_attention routes to; 6 runs as 5 there), not ", version, "."));
   mma_attn::set_lse(p, lse, q);
 
   // BEGIN SOLUTION
@@ -1466,10 +1562,16 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const bool fp16 = q.scalar_type() == torch::kHalf;
   if (q.size(3) == 64) {
-    if (fp16) dispatch_version<__half, 64>(p, q, k, v, version, stream);
+    if (general) {
+      if (fp16) dispatch_general<__half, 64>(p, q, k, v, version, stream);
+      else dispatch_general<__nv_bfloat16, 64>(p, q, k, v, version, stream);
+    } else if (fp16) dispatch_version<__half, 64>(p, q, k, v, version, stream);
     else dispatch_version<__nv_bfloat16, 64>(p, q, k, v, version, stream);
   } else {
-    if (fp16) dispatch_version<__half, 128>(p, q, k, v, version, stream);
+    if (general) {
+      if (fp16) dispatch_general<__half, 128>(p, q, k, v, version, stream);
+      else dispatch_general<__nv_bfloat16, 128>(p, q, k, v, version, stream);
+    } else if (fp16) dispatch_version<__half, 128>(p, q, k, v, version, stream);
     else dispatch_version<__nv_bfloat16, 128>(p, q, k, v, version, stream);
   }
   attn::check_launch("flash_attention_hopper_kernel");

@@ -105,35 +105,39 @@ def _load_for_arch(name: str, sources: list[str], arch: str, verbose: bool = Fal
             os.environ["TORCH_CUDA_ARCH_LIST"] = previous
 
 
-def supports(q, k, v, causal: bool = False, out=None, *, window=None, stride: int = 1,
-             mask=None, key_lengths=None, left_padding: bool = False) -> bool:
-    """Whether flash_attention_hopper takes these inputs here (never raises)."""
-    del causal, left_padding  # both values are taken (left_padding only matters with lengths)
+def supports(q, k, v, out=None, *, stride: int = 1, mask=None) -> bool:
+    """Whether flash_attention_hopper takes these inputs here (never raises). Windows, key
+    lengths, softcap, sinks and a scale are taken; a mask tensor or a stride (a per-key
+    predicate) is not; then the dtype, head_dim, the GPU and the strides decide."""
     if not available() or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return False
-    if q.dtype not in HALF_DTYPES or window is not None or stride != 1 or mask is not None \
-            or key_lengths is not None:
+    if q.dtype not in HALF_DTYPES or stride != 1 or mask is not None:
         return False
     try:
         ext = load()
     except BuildError:
         return False
-    return bool(ext.hopper_supports(q, k, v, out, window, stride, mask, key_lengths))
+    return bool(ext.hopper_supports(q, k, v, out, stride, mask))
 
 
 def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                            version: int = 3, out: torch.Tensor | None = None,
                            lse: torch.Tensor | None = None,
-                           scale: float | None = None) -> torch.Tensor:
+                           scale: float | None = None, *, window: int | None = None,
+                           stride: int = 1, mask: torch.Tensor | None = None,
+                           key_lengths: torch.Tensor | None = None, left_padding: bool = False,
+                           softcap: float | None = None,
+                           sinks: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v on the Hopper kernel (scale None = 1/sqrt(D)); q [B, H_q, S_q, D],
-    k/v [B, H_kv, S_k, D].
+    k/v [B, H_kv, S_k, D], with the variants of common/variants.py but a mask tensor and a
+    stride (versions 2, 5 and 6 take them: a window, key lengths, softcap or sinks run the
+    general predicate).
 
     Returns a new [B, H_q, S_q, D] tensor or writes `out`. Inputs it does not take raise
-    ValueError / TypeError naming why (check `supports` first to fall back instead). Softcap
-    and sinks are not in this kernel yet (task4.attention routes them to the mma.sync one).
+    ValueError / TypeError naming why (check `supports` first to fall back instead).
     """
     return call_extension(load().flash_attention_hopper, q, k, v, causal, version, out, lse,
-                          scale)
+                          scale, window, stride, mask, key_lengths, left_padding, softcap, sinks)
 
 
 if __name__ == "__main__":

@@ -11,22 +11,32 @@
 // overlapping P V), 5 (4 + the consumers taking turns). Writes `out` when
 // given; `lse` ([B, H_q, S_q] float32) receives each row's base-2 log-sum-exp; `scale` is the
 // softmax scale (None = 1/sqrt(D)).
+// The variants of common/variants.py but a mask tensor and a stride (window, key_lengths,
+// left_padding, softcap, sinks) run the general instantiation of versions 2 and 5 (6 as 5).
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                      int64_t version, std::optional<torch::Tensor> out,
-                                     std::optional<torch::Tensor> lse, std::optional<double> scale);
+                                     std::optional<torch::Tensor> lse, std::optional<double> scale,
+                                     std::optional<int64_t> window, int64_t stride,
+                                     std::optional<torch::Tensor> mask,
+                                     std::optional<torch::Tensor> key_lengths, bool left_padding,
+                                     std::optional<double> softcap,
+                                     std::optional<torch::Tensor> sinks);
 // Whether flash_attention_hopper takes these inputs on this GPU (never raises).
 bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
-                     std::optional<torch::Tensor> out, std::optional<int64_t> window, int64_t stride,
-                     std::optional<torch::Tensor> mask, std::optional<torch::Tensor> key_lengths);
+                     std::optional<torch::Tensor> out, int64_t stride,
+                     std::optional<torch::Tensor> mask);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 4+: FlashAttention forward for Hopper (wgmma, TMA, warp specialization)";
   m.def("flash_attention_hopper", &flash_attention_hopper,
         "FlashAttention forward on sm_90a, fp16/bf16, q/k/v [B, H, S, D]", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("version") = 3,
-        py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("scale") = py::none());
+        py::arg("out") = py::none(), py::arg("lse") = py::none(), py::arg("scale") = py::none(),
+        py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
+        py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
+        py::arg("softcap") = py::none(), py::arg("sinks") = py::none());
   m.def("hopper_supports", &hopper_supports,
         "True when flash_attention_hopper takes these inputs on this GPU", py::arg("q"),
-        py::arg("k"), py::arg("v"), py::arg("out") = py::none(), py::arg("window") = py::none(),
-        py::arg("stride") = 1, py::arg("mask") = py::none(), py::arg("key_lengths") = py::none());
+        py::arg("k"), py::arg("v"), py::arg("out") = py::none(), py::arg("stride") = 1,
+        py::arg("mask") = py::none());
 }

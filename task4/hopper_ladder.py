@@ -141,7 +141,7 @@ def time_ladder(versions: list[int], rounds: int = ROUNDS) -> dict[str, dict[str
                 table[key] = {name: flops / (t * 1e-3) / 1e12 for name, t in ms.items()}
                 print(key, " ".join(f"{n} {tf:.0f}" for n, tf in table[key].items()), flush=True)
                 table[key]["version"] = float(
-                    attention._hopper_version(q, k, v, causal, None, None, 1, None, None) or 0)
+                    attention._hopper_version(q, k, v, causal, None) or 0)
             del q, k, v
     return table
 

@@ -22,8 +22,9 @@ from common.tools import compile_check
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "task4" / "flash_attention_hopper.cu"
-# 2 dtypes x (head_dim {64, 128} x versions {1, 2, 3, 4, 5} + head_dim 64 x version 6)
-EXPECTED_KERNELS = 22
+# 2 dtypes x (head_dim 64: v1-v6, 128: v1-v5) dense, + 2 dtypes x 2 head dims x (v2, v5) with
+# the general predicate (windows, lengths, masks, strides, softcap, sinks).
+EXPECTED_KERNELS = 22 + 8
 
 
 def _need_nvcc() -> str:
@@ -147,7 +148,7 @@ def test_version_matches_float64(version, dtype):
         if not hopper.takes_head_dim(version, case[5]):
             continue
         q, k, v, causal = _make(case, dtype)
-        assert hopper.supports(q, k, v, causal)
+        assert hopper.supports(q, k, v)
         checks.append(check_variant(
             f"v{version} {case}", lambda out, q=q, k=k, v=v, causal=causal:
             hopper.flash_attention_hopper(q, k, v, causal, version, out), q, k, v,
@@ -184,7 +185,7 @@ def test_dispatched_kernel_on_the_issue_lengths(dtype):
     checks = []
     for case in _issue_cases():
         q, k, v, causal = _make(case, dtype)
-        assert attention._hopper_version(q, k, v, causal, None, None, 1, None, None) is not None, case
+        assert attention._hopper_version(q, k, v, causal, None) is not None, case
         checks.append(check_variant(
             f"flash_attention {case}", lambda out, q=q, k=k, v=v, causal=causal:
             attention.flash_attention(q, k, v, causal, out), q, k, v, Variant(causal=causal)))
@@ -197,8 +198,8 @@ def test_refuses_what_it_does_not_take():
     hopper = _hopper_or_skip()
     q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
     assert hopper.supports(q, q, q)
-    assert not hopper.supports(q, q, q, window=16)
-    assert not hopper.supports(q, q, q, stride=2)
+    assert not hopper.supports(q, q, q, stride=2)              # a per-key predicate: mma.sync
+    assert not hopper.supports(q, q, q, mask=torch.ones(64, 64, dtype=torch.bool, device="cuda"))
     assert not hopper.supports(q.float(), q.float(), q.float())
     d96 = torch.randn(1, 2, 64, 96, device="cuda", dtype=torch.float16)
     assert not hopper.supports(d96, d96, d96)
@@ -206,6 +207,10 @@ def test_refuses_what_it_does_not_take():
         hopper.flash_attention_hopper(d96, d96, d96)
     with pytest.raises(ValueError):
         hopper.flash_attention_hopper(q, q, q, version=7)
+    with pytest.raises(ValueError, match="versions 2, 5 or 6"):
+        hopper.flash_attention_hopper(q, q, q, True, 3, window=16)
+    with pytest.raises(ValueError, match="mask tensor or a stride"):
+        hopper.flash_attention_hopper(q, q, q, True, 5, stride=2)
     q128 = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.float16)
     with pytest.raises(ValueError, match="head_dim 64 only"):
         hopper.flash_attention_hopper(q128, q128, q128, version=6)
@@ -245,13 +250,12 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     monkeypatch.setattr(attention, "_hopper_ready", lambda: True)
     monkeypatch.setattr(hopper, "supports", lambda q, *a, **kw: q.shape[2] != 5)
     monkeypatch.setattr(hopper, "flash_attention_hopper",
-                        lambda q, k, v, causal, version, out, lse=None, scale=None:
-                        calls.append((version, scale)) or q)
+                        lambda q, k, v, causal, version, out, lse=None, scale=None, **variant:
+                        calls.append((version, scale, variant)) or q)
 
-    def route(dtype, seq, head_dim, causal=False, **variant):
+    def route(dtype, seq, head_dim, causal=False):
         q = torch.zeros(1, 2, seq, head_dim, dtype=dtype)
-        return attention._hopper_version(q, q, q, causal, None, variant.get("window"), 1, None,
-                                         None, variant.get("softcap"), variant.get("sinks"))
+        return attention._hopper_version(q, q, q, causal, None)
 
     chosen = {d: attention.HOPPER_VERSION[(d, False)] for d in (64, 128)}
     assert set(attention.HOPPER_VERSION) == {(d, c) for d in (64, 128) for c in (False, True)}
@@ -262,12 +266,16 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     assert route(torch.float32, 8, 128) is None      # fp32: the course kernel
     assert route(torch.float16, 8, 96) is None       # no rung measured for head_dim 96
     assert route(torch.float16, 5, 64) is None       # the kernel's own supports() says no
-    assert route(torch.float16, 8, 128, softcap=30.0) is None   # not in the Hopper kernel yet
-    assert route(torch.float16, 8, 128, sinks=torch.zeros(2)) is None
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
-    assert attention.flash_attention(q, q, q) is q and calls == [(chosen[64], None)]
+    assert attention.flash_attention(q, q, q) is q and calls[-1][:2] == (chosen[64], None)
     assert attention.flash_attention(q, q, q, scale=0.2) is q          # a scale it takes
-    assert calls[-1] == (chosen[64], 0.2)
+    assert calls[-1][:2] == (chosen[64], 0.2)
+    # Every variant goes to the Hopper kernel too, passed on as it is (its general predicate).
+    sinks = torch.zeros(2)
+    assert attention.flash_attention(q, q, q, True, window=4, softcap=30.0, sinks=sinks) is q
+    assert calls[-1][0] == attention.HOPPER_VERSION[(64, True)]
+    assert calls[-1][2]["window"] == 4 and calls[-1][2]["softcap"] == 30.0
+    assert calls[-1][2]["sinks"] is sinks
     with attention.hopper_prefill(False):
         assert route(torch.float16, 8, 128) is None
     assert route(torch.float16, 8, 128) == chosen[128]

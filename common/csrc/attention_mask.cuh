@@ -180,6 +180,19 @@ struct KeyMask {
     return make_int2(lo, hi);
   }
 
+  // Without a mask tensor or a stride, the keys query q sees are one interval [x, y): a kernel
+  // can mask a row with two comparisons per key, as the dense kernels do.
+  __device__ __forceinline__ int2 visible_keys(int q) const {
+    const int pos = q + offset;
+    int lo = key_begin, hi = key_end;
+    if (causal) hi = min(hi, pos + 1);
+    if (kGeneral && window > 0) {
+      lo = max(lo, pos - window + 1);
+      if (!causal) hi = min(hi, pos + window);
+    }
+    return make_int2(lo, hi);
+  }
+
   // The score of pair (q, k) in the kernel's units: `score` plus the mask's bias, or -inf
   // when k is not visible to q. Score is float, or double (the fp32 prefill's scores).
   template <class Score>
