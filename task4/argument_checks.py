@@ -157,6 +157,9 @@ def paths(dtype: torch.dtype) -> list[tuple[str, Callable, Callable, bool]]:
                forced({**dense, (prefill, "HOPPER_PREFILL"): False}), False),
               ("tensor-core decode", decode_entry,
                forced({(decode, "TENSOR_CORE_DECODE"): True}), True),
+              ("tensor-core decode on task 4's kernel", decode_entry,
+               forced({(decode, "TENSOR_CORE_DECODE"): True, (decode, "GQA_DECODE_KERNEL"): False}),
+               True),
               ("grouped decode (CUDA cores)", decode_entry,
                forced({(decode, "TENSOR_CORE_DECODE"): False}), True)]
     if hopper.available():

@@ -37,6 +37,7 @@ and lengths are clamped to [0, max_seq_len] (a length of 0 gives an output of ze
 
 from __future__ import annotations
 
+import math
 import operator
 from functools import cache
 
@@ -197,19 +198,30 @@ def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     causal, window, stride, mask, key_lengths, left_padding: common/variants.py. key_lengths
     ([B] or 0-d int32 on the GPU) is read on the device, so a captured CUDA graph stays valid
     while it is incremented. num_splits: None picks it from the SM count (from S, so that a
-    graph does not depend on the lengths).
+    graph does not depend on the lengths); a number forces it on the kernel that runs
+    (decode_gqa.cu for fp16/bf16 with H_q / H_kv >= 2, else the CUDA-core grouped kernel).
     """
     check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
                               key_lengths=key_lengths, left_padding=left_padding)
     _check_num_splits(num_splits)
+    if q.shape[2] != 1:
+        raise ValueError(f"decode attends one new query per sequence: q must be [batch, heads, 1, "
+                         f"head_dim] but has shape {tuple(q.shape)}; use task5.attention.attention "
+                         "(up to 16 query rows on the decode kernel) for several queries.")
     return _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths,
                                   left_padding, out, num_splits)
 
 
 def _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths, left_padding,
-                           out, num_splits):
+                           out, num_splits, softcap=None, sinks=None, scale=None):
     """The decode kernel that runs arguments already checked (decode_attention_grouped,
-    attention): the tensor-core path for the plain grouped case, else the grouped kernel."""
+    attention): decode_gqa.cu where it applies (fp16/bf16, group >= 2, S_q <= 16, every
+    variant); otherwise (S_q == 1 and no softcap, sinks or scale here) the tensor-core path
+    of task 4's kernel for the plain grouped case when GQA_DECODE_KERNEL is off, else the
+    CUDA-core grouped kernel."""
+    if _gqa_kernel_applies(q, k):
+        return _decode_gqa(q, k, v, causal, window, stride, mask, key_lengths, left_padding, out,
+                           num_splits, softcap, sinks, scale)
     if (TENSOR_CORE_DECODE and num_splits is None and window is None and stride == 1
             and mask is None and key_lengths is None and not left_padding):
         splits = _tensor_core_splits(q, k, v)
@@ -222,14 +234,100 @@ def _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths, l
                           key_lengths, left_padding, num_splits, out)
 
 
-# Grouped-query decode on tensor cores, as FlashAttention-2 does it: the G = H_q / H_kv query
-# heads of one KV head all attend to the same keys, so they are the rows of a G-row "prefill"
-# on task 4's tensor-core kernel (its 16-row tile), and the keys are cut into `splits` ranges
-# that are separate "heads" of a strided view of the cache (no copy), so that the GPU is
-# full. The kernel also returns each row's log-sum-exp, and merge_attention_splits (task 5)
-# merges the ranges. CUDA cores would do G multiply-adds per cached element and run out of
-# issue slots long before memory bandwidth (Results.md has both).
+# Grouped-query decode on tensor cores (task5/decode_gqa.cu; its header has the design): the
+# G = H_q / H_kv query heads of a KV head (times S_q <= 16 query rows) are the rows of one
+# mma tile, the keys are split across the GPU and merged by their log-sum-exp, and each warp
+# keeps several K/V tiles in flight, with every variant (softcap, sinks and scale included).
+# CUDA cores would do G multiply-adds per cached element and run out of issue slots long
+# before memory bandwidth (Results.md has both).
 TENSOR_CORE_DECODE = True       # False: always the CUDA-core grouped kernel (tests run both)
+GQA_DECODE_KERNEL = True        # False: the path before decode_gqa.cu (below), for A/B timing
+GQA_MIN_GROUP = 2               # MHA (one query head per KV head) is the course kernel's job
+GQA_MAX_QUERY_ROWS = 16         # S_q per sequence: speculative decoding's few rows
+GQA_MAX_HEAD_DIM = 256          # its widest instantiation (the arguments' checks still say 128)
+
+# Its split count (choose_gqa_splits), in the spirit of FlashAttention-3's num_splits heuristic
+# (hopper/heuristics.h) and FlashInfer's decode plan: blocks that already fill GQA_FULL_WAVE of
+# the GPU's resident blocks are not split; otherwise the fewest splits whose wave efficiency
+# (blocks / resident slots, over the waves that takes) is within GQA_WAVE_EFFICIENCY of the
+# best, and never fewer than GQA_MIN_TILES_PER_WARP key tiles per warp of a split (the fixed
+# costs of a block: Q, the merge of its warps, a partial written and merged).
+GQA_FULL_WAVE = 0.8
+GQA_WAVE_EFFICIENCY = 0.85
+GQA_MIN_TILES_PER_WARP = 2
+GQA_MAX_SPLITS = 128
+
+
+def choose_gqa_splits(blocks: int, key_tiles: int, warps: int, slots: int,
+                      max_splits: int = GQA_MAX_SPLITS) -> int:
+    """How many key ranges decode_gqa.cu cuts the keys of each (sequence, KV head, row tile)
+    into: 1 = no split.
+
+    blocks: the unsplit blocks, batch * H_kv * row tiles; key_tiles: the key tiles a block
+    may read (the cache's capacity or the window, in the kernel's tiles of keys per warp);
+    warps: per block; slots: the blocks resident at once, SMs x blocks per SM.
+    """
+    if blocks <= 0 or key_tiles <= 0 or warps <= 0 or slots <= 0:
+        return 1
+    if blocks >= GQA_FULL_WAVE * slots:
+        return 1
+    limit = max(1, min(key_tiles // (GQA_MIN_TILES_PER_WARP * warps), max_splits))
+    efficiency = []
+    for splits in range(1, limit + 1):
+        waves = blocks * splits / slots
+        efficiency.append(waves / math.ceil(waves))
+    best = max(efficiency)
+    return next(s for s, e in enumerate(efficiency, 1) if e >= GQA_WAVE_EFFICIENCY * best)
+
+
+@cache
+def _gqa_geometry(device_index: int, head_dim: int, bf16: bool) -> tuple[int, int, int]:
+    """(keys per warp tile, warps per block, resident blocks per SM; 0: not on this GPU)."""
+    return tuple(_ext().decode_gqa_geometry(head_dim, bf16, device_index))
+
+
+def _gqa_kernel_applies(q, k) -> bool:
+    """Does decode_gqa.cu take this (already checked) call, and is it switched on?"""
+    if not (TENSOR_CORE_DECODE and GQA_DECODE_KERNEL and isinstance(q, torch.Tensor) and q.is_cuda
+            and q.dim() == 4 and k.dim() == 4 and q.dtype in (torch.float16, torch.bfloat16)):
+        return False
+    heads_q, seq_q, head_dim = q.shape[1], q.shape[2], q.shape[3]
+    heads_kv = k.shape[1]
+    if not (1 <= seq_q <= GQA_MAX_QUERY_ROWS and heads_kv >= 1
+            and heads_q // heads_kv >= GQA_MIN_GROUP
+            and head_dim % 8 == 0 and 0 < head_dim <= GQA_MAX_HEAD_DIM):
+        return False
+    return _gqa_geometry(q.device.index, head_dim, q.dtype == torch.bfloat16)[2] > 0
+
+
+def gqa_num_splits(q, k, causal: bool = False, window: int | None = None) -> int:
+    """The split count decode_gqa.cu runs q [B, H_q, S_q, D] against k [B, H_kv, S_k, D] with
+    (choose_gqa_splits on this GPU): from S_k, or the window, never from lengths on the device,
+    so that a captured CUDA graph does not depend on them."""
+    batch, heads_q, seq_q, head_dim = q.shape
+    heads_kv, seq_k = k.shape[1], k.shape[2]
+    tile_keys, warps, per_sm = _gqa_geometry(q.device.index, head_dim, q.dtype == torch.bfloat16)
+    keys = seq_k
+    if window is not None:   # the keys one tile of rows may see
+        keys = min(seq_k, window + seq_q - 1 if causal else 2 * window + seq_q - 2)
+    row_tiles = math.ceil(heads_q // heads_kv * seq_q / 16)
+    return choose_gqa_splits(batch * heads_kv * row_tiles, math.ceil(keys / tile_keys), warps,
+                             _num_sms(q.device.index) * per_sm)
+
+
+def _decode_gqa(q, k, v, causal, window, stride, mask, key_lengths, left_padding, out,
+                num_splits, softcap, sinks, scale):
+    if num_splits is None:
+        num_splits = gqa_num_splits(q, k, causal, window)
+    return call_extension(_ext().decode_attention_gqa, q, k, v, causal, window, stride, mask,
+                          key_lengths, left_padding, softcap, sinks, scale, num_splits, out)
+
+
+# The path before decode_gqa.cu, kept for A/B timing (GQA_DECODE_KERNEL = False), plain
+# fp16/bf16 grouped decode only, as FlashAttention-2 does it: the G query heads of one KV head
+# are the rows of a G-row "prefill" on task 4's tensor-core kernel (its 16-row tile, one warp
+# per block), and the keys are cut into `splits` ranges that are separate "heads" of a
+# strided view of the cache (no copy); merge_attention_splits merges the ranges by their lse.
 TENSOR_CORE_MIN_GROUP = 2       # one query head per KV head is the course kernel's job
 TENSOR_CORE_MIN_KEYS_PER_SPLIT = 64
 
@@ -294,11 +392,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               sinks: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
     """Attention with every variant of common/variants.py on the fastest kernel that fits.
 
-    q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D] -> [B, H_q, S_q, D]. On the GPU one query row
-    (S_q == 1) runs the decode kernel, more run task 4's prefill kernels; on the CPU it is
+    q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D] -> [B, H_q, S_q, D]. On the GPU a decode runs a
+    decode kernel: fp16/bf16 grouped-query attention with S_q <= 16 runs decode_gqa.cu with
+    every variant, other single query rows the grouped decode kernel (softcap, sinks and scale
+    the prefill kernels); longer queries run task 4's prefill kernels. On the CPU it is
     PyTorch's attention in the input dtype (common.variants.pytorch_attention_variant), the
     twin the tests compare with. The arguments are checked once, here, whichever runs.
-    softcap, sinks and scale (common/variants.py) run on the prefill kernels, S_q == 1 too.
     """
     check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
                               key_lengths=key_lengths, left_padding=left_padding,
@@ -311,12 +410,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                                                             key_lengths, left_padding, softcap,
                                                             sinks, scale))
         return result if out is None else out.copy_(result)
-    # The decode kernels do not take softcap, sinks or scale yet: such a query row goes to the
+    # decode_gqa.cu takes up to 16 query rows with every variant (fp16/bf16, group >= 2); the
+    # other decode kernels do not take softcap, sinks or scale: such a query row goes to the
     # prefill kernels, which handle S_q == 1 as well (one query tile, mostly empty).
     scores_changed = softcap is not None or sinks is not None or scale is not None
-    if q.shape[2] == 1 and not scores_changed:
+    # The decode kernels have no backward: rows whose gradient autograd needs take task 4's
+    # differentiable prefill path (task4/backward.py) instead, whatever S_q.
+    from task4.backward import wants_grad
+
+    decode = _gqa_kernel_applies(q, k) or (q.shape[2] == 1 and not scores_changed)
+    if decode and not wants_grad(q, k, v, mask, sinks):
         return _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths,
-                                      left_padding, out, None)
+                                      left_padding, out, None, softcap, sinks, scale)
     from task4.attention import flash_attention_unchecked
 
     return flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,

@@ -20,10 +20,10 @@
 // one tile while the next ones land. A key is read by LANES_PER_KEY lanes, 16 bytes each, as
 // in decode_split_kernel.
 //
-// Where it runs (task5/attention.py, _decode_grouped_routed, decides): the plain fp16/bf16
-// grouped case goes to the tensor-core path where that takes it (task 4's kernel with a KV
-// head's query heads as its rows, merged by decode.cu's merge_attention_splits); fp32 and
-// every variant (window, stride, mask, key lengths) run this kernel.
+// Where it runs (task5/attention.py, _decode_grouped_routed, decides): fp16/bf16 decode with
+// two or more query heads per KV head goes to the tensor-core kernel, decode_gqa.cu, with
+// every variant; fp32, and multi-head attention (one query head per KV head) with any
+// variant, run this kernel.
 //
 // Measured speed (GB/s, the fraction of copy bandwidth, against SDPA with enable_gqa, as
 // CUDA-graph replays): python -m task5.test --gqa-bench; Results.md ("Grouped-query decode",

@@ -64,22 +64,60 @@ SHORT_DECODE_SECTION = Section(
                   tuple(_short_decode_row(s) for s in SHORT_DECODE_SHAPES)),),
     sources=("task5.decode",), where="beyond")
 
-GQA_CASE = "task5.gqa.fp16.b1_hq32_hkv4_ctx32768_d128"   # the grouped-query decode benchmark
+# Grouped-query decode (decode_gqa.cu; task5/variants_checks.py, --gqa-bench): the shapes of
+# issue 32, each at D 128, fp16 and bf16; the bandwidth target holds for the first four.
+GQA_BENCH_SHAPES = ("b1_hq32_hkv8_ctx32768", "b1_hq32_hkv4_ctx32768", "b8_hq32_hkv8_ctx8192",
+                    "b64_hq32_hkv8_ctx1024", "b1_hq32_hkv8_ctx4096")
+GQA_BW_SHAPES = GQA_BENCH_SHAPES[:4]
+GQA_VARIANT_SHAPE = "b8_hq32_hkv8_ctx8192"              # fp16: each variant against the plain
+GQA_VARIANTS = ("leftpad", "window4096", "softcap")
+
+
+def gqa_prefix(dtype: str, shape: str) -> str:
+    """task5.gqa.<dtype>.<shape>_d128: us, gbps, bw_fraction, copy_gbps, num_splits,
+    sdpa_<backend>_us, sdpa_best_us, ratio_vs_sdpa_best; <variant>.{us,ratio_vs_plain}."""
+    return f"task5.gqa.{dtype}.{shape}_d128"
+
+
+GQA_CASE = gqa_prefix("fp16", "b1_hq32_hkv4_ctx32768")   # also timed on the paths before
+
+
+def _gqa_row(dtype: str, shape: str) -> Row:
+    p = gqa_prefix(dtype, shape)
+    return Row((shape, dtype, Metric(f"{p}.us", "{:.1f}"), Metric(f"{p}.num_splits", "{:.0f}"),
+                Metric(f"{p}.gbps", "{:.0f}"), Metric(f"{p}.bw_fraction"),
+                Metric(f"{p}.sdpa_best_us", "{:.1f}"),
+                Metric(f"{p}.ratio_vs_sdpa_best", suffix="x")), when=f"{p}.us")
+
+
+def _gqa_variant_row(variant: str) -> Row:
+    p = f"{gqa_prefix('fp16', GQA_VARIANT_SHAPE)}.{variant}"
+    return Row((variant, Metric(f"{p}.us", "{:.1f}"), Metric(f"{p}.ratio_vs_plain", suffix="x")),
+               when=f"{p}.ratio_vs_plain")
+
 
 GQA_SECTION = Section(
-    "Grouped-query decode (fp16, B 1, 32 query heads over 4 KV heads, ctx 32768, D 128)",
-    intro=("Timed as CUDA-graph replays, caches rotated (bigger than L2). bw fraction = KV bytes "
-           "read once per second / the copy bandwidth of the same run (",
-           Metric(f"{GQA_CASE}.copy_gbps", "{:.0f}"), " GB/s); ratio = best SDPA (enable_gqa=True) "
-           "time / ours.",),
-    blocks=(Table(("path", "us", "GB/s", "bw fraction", "best SDPA us", "ratio vs SDPA"),
-                  (Row(("tensor cores (query heads as rows, split KV)",
-                        Metric(f"{GQA_CASE}.us", "{:.1f}"), Metric(f"{GQA_CASE}.gbps", "{:.0f}"),
-                        Metric(f"{GQA_CASE}.bw_fraction"),
-                        Metric(f"{GQA_CASE}.sdpa_best_us", "{:.1f}"),
-                        Metric(f"{GQA_CASE}.ratio_vs_sdpa_best", suffix="x")), when=GQA_CASE),
-                   Row(("CUDA cores (grouped kernel)", Metric(f"{GQA_CASE}.cuda_core_us", "{:.1f}"),
-                        "", "", "", ""), when=f"{GQA_CASE}.cuda_core_us"))),),
+    "Grouped-query decode (D 128, tensor cores: query heads as rows, split KV, pipelined)",
+    intro=("decode_gqa.cu, timed as CUDA-graph replays in interleaved rounds with every fused "
+           "SDPA backend (enable_gqa=True), caches rotated (bigger than L2). bw fraction = KV "
+           "bytes read once per second / the copy bandwidth of the same run (",
+           Metric(f"{GQA_CASE}.copy_gbps", "{:.0f}"), " GB/s); ratio = best SDPA time / ours "
+           "(targets: ratio >= 1.0 everywhere, bw fraction >= 0.85 for the first four shapes)."),
+    blocks=(Table(("shape", "dtype", "us", "splits", "GB/s", "bw fraction", "best SDPA us",
+                   "ratio vs SDPA"),
+                  tuple(_gqa_row(dtype, shape) for shape in GQA_BENCH_SHAPES
+                        for dtype in ("fp16", "bf16"))),
+            Table(("path at B 1, 32/4, ctx 32768, fp16", "us"),
+                  (Row(("tensor cores, decode_gqa.cu", Metric(f"{GQA_CASE}.us", "{:.1f}")),
+                       when=f"{GQA_CASE}.us"),
+                   Row(("tensor cores, task 4's kernel with the query heads as rows (before)",
+                        Metric(f"{GQA_CASE}.prefill_rows_us", "{:.1f}")),
+                       when=f"{GQA_CASE}.prefill_rows_us"),
+                   Row(("CUDA cores (grouped kernel)", Metric(f"{GQA_CASE}.cuda_core_us", "{:.1f}")),
+                       when=f"{GQA_CASE}.cuda_core_us"))),
+            Table((f"variant at {GQA_VARIANT_SHAPE}, fp16", "us",
+                   "bandwidth over the keys read vs plain"),
+                  tuple(_gqa_variant_row(v) for v in GQA_VARIANTS))),
     sources=("task5.gqa",), where="beyond")
 
 # Task 6's decode-step products at batch 4, hidden 4096: (name, rows, K, N, gated). gate_up is

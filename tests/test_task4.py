@@ -209,7 +209,8 @@ def test_each_path_of_the_arguments_group_is_forced_and_restored():
     from task4 import argument_checks
     from task5 import attention as decode
 
-    before = (attention.STRIDE_AS_DENSE_CLASSES, attention.HOPPER_PREFILL, decode.TENSOR_CORE_DECODE)
+    before = (attention.STRIDE_AS_DENSE_CLASSES, attention.HOPPER_PREFILL, decode.TENSOR_CORE_DECODE,
+              decode.GQA_DECODE_KERNEL)
     for dtype in argument_checks.DTYPES.values():
         found = argument_checks.paths(dtype)
         assert {"strided classes", "task5.attention.attention"} <= {p[0] for p in found}
@@ -219,8 +220,10 @@ def test_each_path_of_the_arguments_group_is_forced_and_restored():
                     assert not attention.HOPPER_PREFILL and not attention.STRIDE_AS_DENSE_CLASSES
                 if name == "grouped decode (CUDA cores)":
                     assert not decode.TENSOR_CORE_DECODE
+                if name == "tensor-core decode on task 4's kernel":
+                    assert decode.TENSOR_CORE_DECODE and not decode.GQA_DECODE_KERNEL
             assert (attention.STRIDE_AS_DENSE_CLASSES, attention.HOPPER_PREFILL,
-                    decode.TENSOR_CORE_DECODE) == before
+                    decode.TENSOR_CORE_DECODE, decode.GQA_DECODE_KERNEL) == before
 
 
 def test_a_pybind_type_error_becomes_a_sentence():

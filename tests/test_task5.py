@@ -21,7 +21,8 @@ def test_module_imports_without_building_the_extension():
                  "allocate_kv_cache", "choose_num_splits", "CustomFlashAttention"):
         assert callable(getattr(attention, name))
     assert set(task5_test.GROUPS) == {"kernels", "inputs", "small", "course", "decode",
-                                      "gqa-small", "gqa", "gqa-bench", "fused-small", "fused"}
+                                      "gqa-small", "gqa", "gqa-mma", "gqa-bench", "fused-small",
+                                      "fused"}
 
 
 def test_split_heuristic_fills_the_gpu_without_tiny_splits():
@@ -40,6 +41,45 @@ def test_split_heuristic_fills_the_gpu_without_tiny_splits():
             assert 1 <= splits <= attention.MAX_AUTO_SPLITS
             assert splits == 1 or context // splits >= attention.MIN_KEYS_PER_SPLIT
     assert choose(0, 100, 132) == 1 and choose(8, 0, 132) == 1
+
+
+def test_gqa_split_heuristic():
+    """decode_gqa.cu's split count (FlashAttention-3's wave efficiency, FlashInfer's one wave)
+    on an H100's 132 SMs with one resident block each, 4 warps, 16-key tiles (D 128)."""
+    choose = attention.choose_gqa_splits
+    # B 1, 8 KV heads, ctx 4096: 8 blocks would use 8 SMs; 14 splits fill 112 of 132.
+    assert choose(8, 4096 // 16, 4, 132) == 14
+    # B 1, 4 KV heads, ctx 32768: 29 splits (116 blocks), the fewest within 85% of the best.
+    assert choose(4, 32768 // 16, 4, 132) == 29
+    # B 8, 8 KV heads, ctx 8192: 64 blocks, 2 splits fill 128 SMs.
+    assert choose(64, 8192 // 16, 4, 132) == 2
+    # B 64: 512 blocks are nearly four full waves already; 80% of one wave is enough.
+    assert choose(512, 1024 // 16, 4, 132) == 1
+    assert choose(106, 10**6, 4, 132) == 1 and choose(105, 10**6, 4, 132) > 1
+    # never fewer than GQA_MIN_TILES_PER_WARP tiles per warp of a split: short contexts stay whole
+    assert choose(8, 2 * 4 * attention.GQA_MIN_TILES_PER_WARP - 1, 4, 132) == 1
+    for blocks in (1, 3, 8, 64, 105, 400):
+        for tiles in (1, 7, 64, 2048, 10**6):
+            splits = choose(blocks, tiles, 4, 132)
+            assert 1 <= splits <= attention.GQA_MAX_SPLITS
+            assert splits == 1 or tiles // splits >= attention.GQA_MIN_TILES_PER_WARP * 4
+    assert choose(0, 10, 4, 132) == choose(8, 0, 4, 132) == choose(8, 10, 4, 0) == 1
+
+
+def test_gqa_split_count_depends_on_capacity_and_window_not_lengths(monkeypatch):
+    """The count comes from the cache's capacity (or the window), so a captured CUDA graph
+    does not depend on the lengths read on the device; more query rows are more row tiles."""
+    monkeypatch.setattr(attention, "_gqa_geometry", lambda device, d, bf16: (16, 4, 1))
+    monkeypatch.setattr(attention, "_num_sms", lambda device: 132)
+    q, k = torch.empty(1, 32, 1, 128), torch.empty(1, 8, 4096, 128)
+    assert attention.gqa_num_splits(q, k) == 14
+    # a window of 1024 reads 1024 keys of each sequence: fewer tiles to split
+    assert attention.gqa_num_splits(q, k, True, 1024) == attention.choose_gqa_splits(8, 64, 4, 132)
+    # 16 query rows of 4 heads per KV head: 4 row tiles per KV head
+    q16 = torch.empty(1, 32, 16, 128)
+    assert attention.gqa_num_splits(q16, k) == attention.choose_gqa_splits(32, 256, 4, 132)
+    # CPU tensors never route to the kernel
+    assert not attention._gqa_kernel_applies(q, k)
 
 
 def test_positions_and_lengths_are_ints_or_tensors():

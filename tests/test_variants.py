@@ -292,7 +292,7 @@ def test_prefill_variants(group):
 
 
 @gpu
-@pytest.mark.parametrize("group", ["gqa-small", "gqa"])
+@pytest.mark.parametrize("group", ["gqa-small", "gqa", "gqa-mma"])
 def test_decode_variants(group):
     from task5.variants_checks import GROUPS
 
