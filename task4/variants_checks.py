@@ -445,7 +445,7 @@ def strided_group(args=None):
 
 WINDOW_BENCH = (1, 32, 16384, 128, 4096)   # (B, H, S, D, window), fp16
 DENSE_BENCH = [(4, 32, 4096, 128), (8, 32, 2048, 64)]
-WINDOW_TARGET = 3.0
+WINDOW_TARGET = 2.0   # issue 31: the visible pairs allow 2.29x
 BEFORE_TARGET = 0.97
 ROUNDS = 7
 
@@ -467,18 +467,12 @@ def _before_extension():
 
 
 def variants_bench_group(args=None):
-    # The variants run on the mma.sync kernel, so its dense figures here are the mma.sync
-    # kernel's too (flash_attention would run dense fp16 on the Hopper kernel on an H100).
-    with hopper_prefill(False):
-        return _variants_bench(args)
-
-
-def _variants_bench(args):
     device, gen, failed = gpu_group("variants-bench", args)
     if failed:
         return failed, {}
     checks, metrics = [], {}
-    # Sliding window against dense causal, same shape, same run.
+    # Sliding window against dense causal, same shape, same run, both as flash_attention routes
+    # them (on an H100 the Hopper kernel, whose general predicate takes the window).
     b, h, s, d, w = WINDOW_BENCH
     sets = [_case_inputs(b, h, h, s, s, d, torch.float16, gen, device) for _ in range(2)]
     dense_ms = time_cuda(lambda q, k, v: flash_attention(q, k, v, True), inputs=sets).median_ms
@@ -497,9 +491,16 @@ def _variants_bench(args):
                         speedup >= WINDOW_TARGET,
                         f"{speedup:.2f}x (window {window_ms:.2f} ms, dense causal {dense_ms:.2f} ms;"
                         f" the visible pairs alone allow {bound:.2f}x)", target=True))
-    # Dense kernels against the kernel before the variants, same inputs, same run. The two
-    # are timed in alternation, ROUNDS times each, and the medians of the rounds compared:
-    # the GPU's clock drifts over a run by more than the difference we look for.
+    # The mma.sync kernel's dense figures against the same kernel before the variants (so the
+    # Hopper kernel stays out of it), same inputs, same run.
+    with hopper_prefill(False):
+        _dense_against_before(gen, device, checks, metrics)
+    return checks, metrics
+
+
+def _dense_against_before(gen, device, checks, metrics):
+    # The two are timed in alternation, ROUNDS times each, and the medians of the rounds
+    # compared: the GPU's clock drifts over a run by more than the difference we look for.
     before = _before_extension()
     for shape in DENSE_BENCH:
         b, h, s, d = shape
@@ -536,7 +537,6 @@ def _variants_bench(args):
                      "across rounds)")
             checks.append(Check(f"fp16 {label} {mask_name}: ratio_vs_before >= {BEFORE_TARGET}",
                                 ratio >= BEFORE_TARGET, line, target=True))
-    return checks, metrics
 
 
 GROUPS = {"variants-small": variants_small_group, "variants": variants_group,
