@@ -192,6 +192,44 @@ HOPPER_SECTION = Section(
                   _ladder_rows())),
     sources=("task4.hopper",), where="beyond")
 
+
+# --- the prefill on real models' variants (task4/hopper_variants.py) --------------------------
+
+HOPPER_VARIANT_CASES = (
+    ("window4096_s16384", "sliding window 4096, B 1, S 16384, causal"),
+    ("leftpad_b4_s4096", "left-padded batch, B 4, S 4096, causal"),
+    ("varlen_b4_s4096", "varlen keys, B 4, S 4096, causal"),
+    ("chunk1024_after7168", "S_q 1024 after 7168 cached keys, causal"),
+    ("blockmask_s8192", "bool mask keeping half the 128x128 blocks, S 8192"))
+
+
+def hopper_variant_prefix(dtype: str, case: str) -> str:
+    """task4.hopper.variants.<dtype>.<case>: a variant as routed against dense causal."""
+    return f"task4.hopper.variants.{dtype}.{case}"
+
+
+HOPPER_VARIANTS_SECTION = Section(
+    "The prefill on real models' variants: efficiency against dense causal",
+    intro=("`python -m task4.hopper_variants`: each case as task4.attention.flash_attention routes "
+           "it (on an H100 the Hopper kernel's general predicate; a mask tensor stays on the "
+           "mma.sync kernel), H 32, D 128, timed beside dense causal attention over the same "
+           "B, H, S_k, D and beside the mma.sync kernel, one process, alternating rounds. "
+           "Efficiency = TFLOP/s on the visible (query, key) pairs / dense causal TFLOP/s; a "
+           "variant that costs exactly its visible pairs scores 1. Targets: 0.9 (window, "
+           "padding, chunk), 0.7 (block mask).",),
+    blocks=(Table(("dtype", "case", "ms", "TFLOP/s (visible pairs)", "dense causal TFLOP/s",
+                   "efficiency", "mma.sync efficiency"),
+                  tuple(Row((dtype, label,
+                             Metric(f"{hopper_variant_prefix(dtype, case)}.ms", "{:.3f}"),
+                             Metric(f"{hopper_variant_prefix(dtype, case)}.tflops", "{:.0f}"),
+                             Metric(f"{hopper_variant_prefix(dtype, case)}.dense_causal_tflops",
+                                    "{:.0f}"),
+                             Metric(f"{hopper_variant_prefix(dtype, case)}.efficiency_vs_dense"),
+                             Metric(f"{hopper_variant_prefix(dtype, case)}.mma_efficiency_vs_dense")),
+                            when=hopper_variant_prefix(dtype, case))
+                        for dtype in ("fp16", "bf16") for case, label in HOPPER_VARIANT_CASES)),),
+    sources=("task4.hopper.variants",), where="beyond")
+
 MANIFEST = TaskManifest(
     task=4, points=4, needs_gpu=True,
     parts=(Part(("course", "shapes"), 2),),
@@ -200,5 +238,6 @@ MANIFEST = TaskManifest(
     shown=tuple(Metric(speedup(mask, shape), suffix="x",
                        label=f"{'c' if mask == 'causal' else 'nc'} {label.strip('()').replace(', ', 'x')}")
                 for shape, label in COURSE_SHAPES for mask in MASKS),
-    sections=(COURSE_SECTION, KERNEL_SECTION, VARIANTS_SECTION, HOPPER_SECTION),
+    sections=(COURSE_SECTION, KERNEL_SECTION, VARIANTS_SECTION, HOPPER_SECTION,
+              HOPPER_VARIANTS_SECTION),
     cpu_note="its kernel is CUDA")
