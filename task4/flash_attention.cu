@@ -69,6 +69,7 @@
 
 #include "attention_checks.cuh"
 #include "attention_mask.cuh"
+#include "fp32_tiles.cuh"
 
 namespace {
 
@@ -140,70 +141,15 @@ struct FlashParams {
   int seq_k;
   int kv_group;
   attn::MaskParams mask;
+  float* lse;  // beyond the course: [B, H_q, S_q] base-2 log-sum-exp per row, or nullptr
 };
 
-// ---------------------------------------------------------------------------------------
-// Asynchronous 16-byte copies global -> shared (cp.async, sm_80+), with zero fill
-// ---------------------------------------------------------------------------------------
-
-// Copies 16 bytes, or writes 16 zero bytes when !valid (src-size 0 reads nothing). Zeros are
-// what the padding needs: zero head_dim columns leave dot products unchanged, and zero V rows
-// past the sequence end keep 0 * V finite.
-__device__ __forceinline__ void copy16_async(float* smem_dst, const float* gmem_src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src),
-               "r"(src_bytes)
-               : "memory");
-#else
-  *reinterpret_cast<float4*>(smem_dst) =
-      valid ? *reinterpret_cast<const float4*>(gmem_src) : make_float4(0.f, 0.f, 0.f, 0.f);
-#endif
-}
-
-__device__ __forceinline__ void copy_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Wait until every copy this thread issued has landed. Other threads' copies are visible
-// only after the __syncthreads() that must follow.
-__device__ __forceinline__ void copy_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
-}
-
-// Copy rows [first_row, first_row + ROWS) of one head ([seq, head_dim], row stride
-// src_row_stride) into a shared tile [ROWS][dst_stride], HEAD_DIM_PAD columns, 16 bytes per
-// copy, consecutive threads on consecutive 16-byte chunks of a row (coalesced). Rows >= seq
-// and columns >= head_dim are zero-filled; the source pointer of a skipped copy is the head's
-// first element, which always exists.
-template <int ROWS, int HEAD_DIM_PAD, int THREADS>
-__device__ __forceinline__ void load_tile_async(float* dst, int dst_stride, const float* head,
-                                                int64_t src_row_stride, int first_row, int seq,
-                                                int head_dim, int tid) {
-  constexpr int chunks_per_row = HEAD_DIM_PAD / 4;
-  constexpr int chunks = ROWS * chunks_per_row;
-  static_assert(chunks % THREADS == 0, "every thread copies the same number of chunks");
-#pragma unroll
-  for (int step = 0; step < chunks / THREADS; ++step) {
-    const int c = tid + step * THREADS;
-    const int r = c / chunks_per_row;
-    const int col = (c % chunks_per_row) * 4;
-    const int row = first_row + r;
-    // head_dim is a multiple of 8, so a 4-float chunk is entirely inside or entirely padding.
-    const bool valid = row < seq && col < head_dim;
-    const float* src = valid ? head + static_cast<int64_t>(row) * src_row_stride + col : head;
-    copy16_async(dst + r * dst_stride + col, src, valid);
-  }
-}
-
-__device__ __forceinline__ float component(const float4& f, int i) {
-  return i == 0 ? f.x : i == 1 ? f.y : i == 2 ? f.z : f.w;  // i is a constant once unrolled
-}
+// The cp.async tile copies global -> shared (copy16_async, load_tile_async, ...) are in
+// fp32_tiles.cuh, shared with the backward kernels (flash_backward.cu).
+using attn_fp32::component;
+using attn_fp32::copy_async_commit;
+using attn_fp32::copy_async_wait_all;
+using attn_fp32::load_tile_async;
 
 // ---------------------------------------------------------------------------------------
 // The steps of one key tile, one device function each: scores, mask, online softmax, P to
@@ -362,6 +308,31 @@ __device__ __forceinline__ void add_sink(float (&o_acc)[Cfg::rows_per_thread][OU
   }
 }
 
+// Beyond the course (issue 33), when p.lse is set (the forward that autograd's backward
+// needs): each row's base-2 log-sum-exp of the scaled logits, lse2 = m * scale_log2 + log2(l),
+// so that the backward recomputes P = exp2(score * scale_log2 - lse2); with a sink, the top
+// and the sum that add_sink left (the sink once in l); -inf for a row with neither. Its own
+// function outside write_output, so the course's region is unchanged.
+template <class Cfg>
+__device__ __forceinline__ void write_lse(const double (&row_max)[Cfg::rows_per_thread],
+                                          const float (&row_sum)[Cfg::rows_per_thread],
+                                          const FlashParams& p, int batch_index, int head_index,
+                                          int first_query_row, int col_lane, bool with_sink) {
+  float* const lse_head = p.lse + (static_cast<int64_t>(batch_index) * p.heads + head_index) * p.seq;
+#pragma unroll
+  for (int i = 0; i < Cfg::rows_per_thread; ++i) {
+    float total = row_sum[i];
+#pragma unroll
+    for (int offset = 1; offset < Cfg::col_lanes; offset *= 2)
+      total += __shfl_xor_sync(0xffffffffu, total, offset);
+    double top = row_max[i] * p.scale_log2;
+    if (with_sink) top = attn::sink_term(p.mask.sinks[head_index], top).top;
+    const int row = first_query_row + Cfg::row_lanes * i;
+    if (col_lane == 0 && row < p.seq)
+      lse_head[row] = total > 0.f ? static_cast<float>(top + log2(static_cast<double>(total))) : -INFINITY;
+  }
+}
+
 // P (this thread's rows x keys) to the shared P tile, where P V reads it back as float4s along
 // the keys. Only this warp reads these rows back (a thread's O rows are its score rows).
 template <class Cfg, int HEAD_DIM_PAD>
@@ -482,7 +453,8 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
   // HINT: __syncthreads(), compute_scores, mask_scores where needed, online_softmax_step,
   // HINT: store_probabilities, __syncthreads(), accumulate_pv; a barrier must also separate the
   // HINT: last reads of a K/V/P tile from its next refill. At the end, write_output. (Beyond the
-  // HINT: course, the general instantiation also calls softcap_scores and add_sink.)
+  // HINT: course, the general instantiation also calls softcap_scores and add_sink, and a call
+  // HINT: with p.lse set, write_lse.)
   constexpr int kRowsPerQTile = Cfg::rows_per_q_tile;
   constexpr int kRowsPerKvTile = Cfg::rows_per_kv_tile;
   // O columns per thread come in float4 chunks: a warp row covers 8 lanes x 4 = 32 columns.
@@ -590,6 +562,9 @@ __global__ void __launch_bounds__(Cfg::threads, 1)
     add_sink<Cfg>(o_acc, row_max, row_sum, p.mask.sinks[head_index], p.scale_log2, col_lane);
   write_output<Cfg, HEAD_DIM_PAD>(o_acc, row_sum, p, batch_index, head_index, q_start + first_row,
                                   col_lane);
+  if (p.lse != nullptr)  // beyond the course: the forward that autograd saves for the backward
+    write_lse<Cfg>(row_max, row_sum, p, batch_index, head_index, q_start + first_row, col_lane,
+                   kGeneral && p.mask.sinks != nullptr);
   // END SOLUTION
 }
 
@@ -700,7 +675,7 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
                                    int64_t stride, std::optional<torch::Tensor> mask,
                                    std::optional<torch::Tensor> key_lengths, bool left_padding,
                                    std::optional<double> softcap, std::optional<torch::Tensor> sinks,
-                                   std::optional<double> scale) {
+                                   std::optional<double> scale, std::optional<torch::Tensor> lse) {
   check_bhsd(q, "q");
   check_bhsd(k, "k");
   check_bhsd(v, "v");
@@ -746,6 +721,16 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
   params.seq_k = static_cast<int>(k.size(2));
   params.kv_group = kv_group;
   params.mask = mask_params;
+  params.lse = nullptr;
+  if (lse.has_value()) {  // beyond the course: autograd's forward saves each row's lse
+    attn::check_cuda_tensor(*lse, "lse");
+    attn::check_dtype(*lse, "lse", {torch::kFloat32});
+    TORCH_CHECK_VALUE(lse->device() == q.device() && lse->is_contiguous() && lse->dim() == 3 &&
+                      lse->size(0) == batch && lse->size(1) == heads && lse->size(2) == seq,
+                      attn::str("lse must be a contiguous float32 [", batch, ", ", heads, ", ", seq,
+                      "] tensor on q's device but has shape ", lse->sizes(), "."));
+    params.lse = lse->data_ptr<float>();
+  }
 
   // BEGIN SOLUTION
   // HINT: Fill a FlashParams (data pointers, the batch/head/seq strides of qa, ka, va and
@@ -824,6 +809,6 @@ torch::Tensor custom_flash_attention(torch::Tensor q, torch::Tensor k, torch::Te
   torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
   flash_attention_fp32(heads_view(q), heads_view(k), heads_view(v), causal, heads_view(result),
                        std::nullopt, 1, std::nullopt, std::nullopt, false, std::nullopt,
-                       std::nullopt, std::nullopt);
+                       std::nullopt, std::nullopt, std::nullopt);
   return result;
 }
