@@ -88,7 +88,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
                               left_padding, *, softcap=None, sinks=None, scale=None):
     """flash_attention on arguments already checked (by flash_attention, or by
-    task5.attention.attention): picks the kernel and runs it; no path below checks again."""
+    task5.attention.attention): picks the kernel and runs it; no path below checks again.
+    When autograd needs a backward (grad mode on, an input requires grad), the forward that
+    also saves each row's log-sum-exp runs instead (task4/backward.py), differentiable."""
+    from task4 import backward
+
+    if backward.wants_grad(q, k, v, mask, sinks):
+        return backward.differentiable_attention(q, k, v, causal, out, window, stride, mask,
+                                                 key_lengths, left_padding, softcap=softcap,
+                                                 sinks=sinks, scale=scale)
     if _strided_as_dense_classes(q, k, stride, window, mask, key_lengths):
         return _strided_by_classes(q, k, v, causal, out, stride, softcap, sinks, scale)
     version = _hopper_version(q, k, v, causal, out, stride, mask)

@@ -126,6 +126,36 @@ VARIANTS_SECTION = Section(
                    "ratio (same run, alternating)"), _dense_rows())),
     sources=("task4.variants",), where="beyond")
 
+# --- the backward pass (task4/backward_checks.py) ---------------------------------------------
+
+BACKWARD_FP32_SHAPES = ("b4_h32_s1024_d64", "b4_h32_s4096_d128")
+
+
+def backward_prefix(dtype: str, shape: str, mask: str) -> str:
+    """task4.backward.<dtype>.<b_h_s_d>.<mask>: the attention backward against SDPA's."""
+    return f"task4.backward.{dtype}.{shape}.{mask}"
+
+
+BACKWARD_SECTION = Section(
+    "The backward pass (fp32 lesson kernel) vs SDPA's fp32 backward",
+    intro=("task4/flash_backward.cu through autograd (`python -m task4.test --backward-bench`): "
+           "the time of the backward alone, with the forward's output and lse saved; TFLOP/s = "
+           "2.5 x the forward's 4·B·H·S²·D (halved when causal) / time, FlashAttention's "
+           "convention; ratio = SDPA's time / ours (> 1 means faster), SDPA pinned to its "
+           "efficient backend in fp32, alternating rounds in one process. Correctness of every "
+           "variant: `python -m task4.test --backward`.",),
+    blocks=(Table(("shape", "mask", "ours ms", "ours TFLOP/s", "SDPA efficient TFLOP/s", "ratio"),
+                  tuple(Row((shape, mask,
+                             Metric(f"{backward_prefix('fp32', shape, mask)}.ms", "{:.2f}"),
+                             Metric(f"{backward_prefix('fp32', shape, mask)}.tflops", "{:.1f}"),
+                             Metric(f"{backward_prefix('fp32', shape, mask)}.sdpa_efficient_tflops",
+                                    "{:.1f}"),
+                             Metric(f"{backward_prefix('fp32', shape, mask)}.ratio_vs_sdpa_efficient",
+                                    suffix="x")),
+                            when=backward_prefix("fp32", shape, mask))
+                        for shape in BACKWARD_FP32_SHAPES for mask in MASKS)),),
+    sources=("task4.backward",), where="beyond")
+
 # --- the Hopper kernel's ladder (task4/hopper_ladder.py) --------------------------------------
 
 HOPPER_VERSIONS = (1, 2, 3, 4, 5, 6)  # task4/hopper.py's VERSIONS
@@ -239,5 +269,5 @@ MANIFEST = TaskManifest(
                        label=f"{'c' if mask == 'causal' else 'nc'} {label.strip('()').replace(', ', 'x')}")
                 for shape, label in COURSE_SHAPES for mask in MASKS),
     sections=(COURSE_SECTION, KERNEL_SECTION, VARIANTS_SECTION, HOPPER_SECTION,
-              HOPPER_VARIANTS_SECTION),
+              HOPPER_VARIANTS_SECTION, BACKWARD_SECTION),
     cpu_note="its kernel is CUDA")

@@ -25,6 +25,10 @@ Groups:
   fp32-accuracy  every fp32 path (course kernel and entries, task 5's decode kernels) at inputs
              x6 and x10 against FlashAttention-2's criterion (task4/fp32_accuracy_checks.py;
              every group must pass: see task4/NOTES.md, "fp32 accuracy at large logits")
+  backward-small, backward, backward-bench
+             the backward pass through autograd (task4/flash_backward.cu): dq, dk, dv against
+             float64 by FlashAttention-2's criterion for every variant, deterministic, and timed
+             against SDPA's fp32 backward (task4/backward_checks.py says what each checks)
 
 Every kernel output is NaN-poisoned before the kernel runs (an element it forgets to write
 shows up), each kernel runs twice on the same input and must match bit for bit (a
@@ -63,11 +67,12 @@ from common.harness import (
 )
 from common.mha import make_mha, merge_heads, mha_weights, reference_module_output, split_heads
 from common.timing import attention_flops, tflops, time_cuda
-from task4.attention import CustomFlashAttention, flash_attention
-from task4.compile import load
-from task4.manifest import SPEEDUP_METRICS, fp32_prefix
 from task4.argument_checks import GROUPS as ARGUMENT_GROUPS
+from task4.attention import CustomFlashAttention, flash_attention
+from task4.backward_checks import GROUPS as BACKWARD_GROUPS
+from task4.compile import load
 from task4.fp32_accuracy_checks import GROUPS as FP32_ACCURACY_GROUPS
+from task4.manifest import SPEEDUP_METRICS, fp32_prefix
 from task4.variants_checks import GROUPS as VARIANT_GROUPS
 
 # --- the course protocol ------------------------------------------------------------------
@@ -469,7 +474,8 @@ def mma_bench_group(args=None):
 # come last, correctness before their benchmarks.
 GROUPS = {"small": small_group, "inputs": inputs_group, **ARGUMENT_GROUPS, "shapes": shapes_group,
           "course": course_group, "kernel": kernel_group, "mma": mma_group,
-          "mma-bench": mma_bench_group, **VARIANT_GROUPS, **FP32_ACCURACY_GROUPS}
+          "mma-bench": mma_bench_group, **VARIANT_GROUPS, **FP32_ACCURACY_GROUPS,
+          **BACKWARD_GROUPS}
 
 
 def _extra_args(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,161 @@
+"""Beyond the course (issue 33): `flash_attention` with a gradient, on the CUDA kernels.
+
+task4.attention.flash_attention is inference-only until autograd asks for more: when grad mode
+is on and q, k or v requires grad, it calls `differentiable_attention` here instead of the
+inference path, and `loss.backward()` then runs FlashAttention-2's backward:
+
+    forward   the fp32 kernel (task4/flash_attention.cu) or the tensor-core kernel
+              (flash_attention_mma), each also writing the base-2 log-sum-exp of every query
+              row (lse2 = log2(sum_j exp(s_ij)), s the scaled logits; its sinks included);
+              saved: q, k, v, out and lse, never an S x S matrix
+    backward  the fp32 backward kernel (task4/flash_backward.cu): dq, dk, dv; dk and dv
+              summed over each KV head's query group (GQA). fp16/bf16 inputs (the
+              tensor-core backward is a later piece of work) run it on float32 copies of q, k,
+              v, out and d_out, and the gradients are cast back to the input dtype.
+
+Without grad (inference, torch.no_grad(), inputs that do not require grad) nothing changes: no
+lse is computed, the Hopper kernel and the strided classes still run where they apply.
+
+Both passes are custom operators (torch.library.custom_op, `attention_kernels::...`) with
+fake (meta) implementations, so torch.compile traces through them without a graph break and
+never looks inside. The backward takes every variant of the forward that does not need a
+gradient of its own: causal (bottom-right for S_q != S_k), GQA, window, stride, bool or additive
+masks, key lengths and left padding, softcap, sinks and scale. A mask or sinks that require grad
+raise a sentence: their gradients are not implemented. The backward is deterministic (no
+atomics): two runs give bit-identical gradients.
+
+On a CPU these operators have no kernel; tests/test_task4_backward.py replaces the two kernel
+calls below (`kernel_forward`, `kernel_backward`) with task 3's PyTorch version to check the
+plumbing there.
+"""
+
+import torch
+
+from common.build import call_extension
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+NAMESPACE = "attention_kernels"
+
+_VARIANT_SCHEMA = ("bool causal, int? window, int stride, Tensor? mask, Tensor? key_lengths, "
+                   "bool left_padding, float? softcap")
+
+
+def _extension():
+    from task4.attention import _extension as load
+
+    return load()
+
+
+# --- the two kernel calls (the CPU tests replace these) -------------------------------------
+
+def kernel_forward(q, k, v, causal, window, stride, mask, key_lengths, left_padding, softcap,
+                   sinks, scale):
+    """(out, lse): out [B, H_q, S_q, D] in q's dtype, lse [B, H_q, S_q] float32, base 2."""
+    ext = _extension()
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    if q.dtype in HALF_DTYPES:
+        out = call_extension(ext.flash_attention_mma, q, k, v, causal, None, window, stride,
+                             mask, key_lengths, left_padding, lse, softcap, sinks, scale)
+    else:
+        out = call_extension(ext.flash_attention_fp32, q, k, v, causal, None, window, stride,
+                             mask, key_lengths, left_padding, softcap, sinks, scale, lse)
+    return out, lse
+
+
+def kernel_backward(q, k, v, out, lse, d_out, causal, window, stride, mask, key_lengths,
+                    left_padding, softcap, scale):
+    """(dq, dk, dv) in the dtypes of q, k, v from the fp32 backward kernel; fp16/bf16 inputs
+    (and an fp16/bf16 additive mask) are computed on float32 copies."""
+    ext = _extension()
+    dtype = q.dtype
+    if dtype != torch.float32:
+        q, k, v, out, d_out = (t.float() for t in (q, k, v, out, d_out))
+        if mask is not None and mask.dtype in HALF_DTYPES:
+            mask = mask.float()
+    dq, dk, dv = call_extension(ext.flash_attention_backward_fp32, q, k, v, out, lse, d_out,
+                                causal, window, stride, mask, key_lengths, left_padding,
+                                softcap, scale)
+    return dq.to(dtype), dk.to(dtype), dv.to(dtype)
+
+
+# --- the custom operators ---------------------------------------------------------------------
+
+@torch.library.custom_op(
+    f"{NAMESPACE}::flash_attention_forward", mutates_args=(),
+    schema=(f"(Tensor q, Tensor k, Tensor v, {_VARIANT_SCHEMA}, Tensor? sinks, float? scale) "
+            "-> (Tensor, Tensor)"))
+def _forward_op(q, k, v, causal, window, stride, mask, key_lengths, left_padding, softcap,
+                sinks, scale):
+    return kernel_forward(q, k, v, causal, window, stride, mask, key_lengths, left_padding,
+                          softcap, sinks, scale)
+
+
+@_forward_op.register_fake
+def _(q, k, v, causal, window, stride, mask, key_lengths, left_padding, softcap, sinks, scale):
+    return (q.new_empty(q.shape),
+            q.new_empty(q.shape[:3], dtype=torch.float32))
+
+
+@torch.library.custom_op(
+    f"{NAMESPACE}::flash_attention_backward", mutates_args=(),
+    schema=(f"(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor d_out, "
+            f"{_VARIANT_SCHEMA}, float? scale) -> (Tensor, Tensor, Tensor)"))
+def _backward_op(q, k, v, out, lse, d_out, causal, window, stride, mask, key_lengths,
+                 left_padding, softcap, scale):
+    return kernel_backward(q, k, v, out, lse, d_out, causal, window, stride, mask, key_lengths,
+                           left_padding, softcap, scale)
+
+
+@_backward_op.register_fake
+def _(q, k, v, out, lse, d_out, causal, window, stride, mask, key_lengths, left_padding,
+      softcap, scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, window, stride, mask, key_lengths, left_padding, softcap, _sinks, scale = \
+        inputs
+    out, lse = output
+    # Every tensor through save_for_backward (mask and key_lengths too: they get no gradient,
+    # but torch.compile traces what is saved on ctx); the rest are plain settings.
+    ctx.save_for_backward(q, k, v, out, lse, mask, key_lengths)
+    ctx.settings = (causal, window, stride, left_padding, softcap, scale)
+
+
+def _backward(ctx, d_out, _d_lse):
+    q, k, v, out, lse, mask, key_lengths = ctx.saved_tensors
+    causal, window, stride, left_padding, softcap, scale = ctx.settings
+    dq, dk, dv = _backward_op(q, k, v, out, lse, d_out, causal, window, stride, mask,
+                              key_lengths, left_padding, softcap, scale)
+    # One gradient per input of the forward operator: q, k, v, then the settings (none).
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# --- the entry task4.attention.flash_attention calls ------------------------------------------
+
+def wants_grad(q, k, v, mask=None, sinks=None) -> bool:
+    """Does autograd need a backward of this call: grad mode on and some input requires grad?"""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, mask, sinks))
+
+
+def differentiable_attention(q, k, v, causal=False, out=None, window=None, stride=1, mask=None,
+                             key_lengths=None, left_padding=False, *, softcap=None, sinks=None,
+                             scale=None) -> torch.Tensor:
+    """flash_attention whose result has a gradient to q, k and v (arguments already checked
+    by common.inputs.check_attention_arguments). `out`, when given, receives the result by a
+    copy (the operator itself writes a new tensor), so the gradient flows through it too."""
+    for name, t in (("mask", mask), ("sinks", sinks)):
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise ValueError(f"{name} requires grad, but the attention backward gives gradients "
+                             f"to q, k and v only; pass {name}.detach() (or compute this "
+                             "attention in PyTorch if you need its gradient).")
+    result, _lse = _forward_op(q, k, v, causal, window, stride, mask, key_lengths, left_padding,
+                               None if softcap is None else float(softcap), sinks,
+                               None if scale is None else float(scale))
+    if out is None:
+        return result
+    return out.copy_(result)

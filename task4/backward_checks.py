@@ -1,0 +1,455 @@
+"""The attention backward on task 4's kernels (issue 33): checks and a benchmark.
+
+    python -m task4.test --backward           # correctness, below
+    python -m task4.test --backward-bench     # the fp32 backward against SDPA's fp32 backward
+
+backward        dq, dk, dv of task4.attention.flash_attention through autograd (the forward
+                writes each row's lse, the backward is task4/flash_backward.cu) against float64
+                autograd of the same formula, by FlashAttention-2's criterion per gradient:
+                max|ours - ref64| <= 2 * max|PyTorch in the input dtype - ref64| + 1e-5.
+                Cases: odd lengths (1, 7, 77, 130, 1000), head dims 8..128, S_q != S_k both ways
+                (causal rows that see no key), GQA ratios 1, 2, 4, 8, causal, windows, key lengths
+                (right and left padded), bool and additive masks (rows fully masked), a stride,
+                softcap, sinks (no gradient of their own), a scale, logits x6, head views of a
+                fused projection, dO not contiguous (every case) or expanded (a .sum()), fp16
+                and bf16 (computed in fp32). Every case runs twice: the gradients must be
+                bit-identical (the backward has no atomics). Also: the fp32 forward's lse
+                against float64; finite differences in float64 on tiny cases; bad input raises
+                a sentence; torch.compile(fullgraph=True) gives the eager gradients.
+backward-bench  the fp32 backward (task4.backward.fp32.<shape>.<mask>) against SDPA's efficient
+                backend in fp32, alternating rounds in one process: ms, TFLOP/s (2.5 x the
+                forward's FLOPs / time, FlashAttention's convention) and the ratio.
+
+Why finite differences and not torch.autograd.gradcheck: gradcheck wants float64 in and out,
+and the kernels compute in fp32, whose rounding (1e-7 relative) divided by gradcheck's step
+(1e-6) is noise as large as the derivative. So the finite differences are taken in float64 on
+the float64 formula the kernel approximates (what gradcheck would compute on an exact kernel),
+and the kernel's analytic gradients must match them to fp32 accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from common.checks import Check, check_raises
+from common.harness import gpu_group
+from common.timing import attention_flops, interleaved_medians, tflops, time_cuda
+from common.variants import (
+    Variant,
+    fa2_criterion,
+    keep_mask,
+    reference_attention_variant,
+    reference_lse_variant,
+    softmax_scale,
+)
+from task4.manifest import BACKWARD_FP32_SHAPES, backward_prefix
+
+LOG2E = 1.4426950408889634
+# Finite differences: central, step 1e-6 in float64; the kernel must match them within this
+# (fp32 gradients of O(1) inputs are good to ~1e-6; the differences to ~1e-9).
+FD_STEP = 1e-6
+FD_TOLERANCE = 1e-4
+
+
+# --- the formula: float64 truth and PyTorch's yardstick ------------------------------------
+
+def attention_formula(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      variant: Variant | None = None) -> torch.Tensor:
+    """Attention of common/variants.py written out in q's dtype, differentiable (autograd):
+    with float64 inputs the truth, with the input dtype PyTorch's yardstick. Rows that see no
+    key output 0 with zero gradients (the most negative finite score, not -inf, keeps them
+    free of NaN, and `* keep` zeroes them)."""
+    variant = Variant() if variant is None else variant
+    batch, heads, seq_q, head_dim = q.shape
+    group, seq_k = heads // k.shape[1], k.shape[2]
+    kk = k.repeat_interleave(group, dim=1) if group > 1 else k
+    vv = v.repeat_interleave(group, dim=1) if group > 1 else v
+    scores = (q @ kk.transpose(-2, -1)) * softmax_scale(head_dim, variant)
+    if variant.softcap is not None:
+        scores = variant.softcap * torch.tanh(scores / variant.softcap)
+    keep = keep_mask(batch, heads, seq_q, seq_k, variant, device=q.device)
+    keep = keep.expand(batch, heads, seq_q, seq_k)
+    if variant.mask is not None and variant.mask.dtype != torch.bool:
+        bias = variant.mask.to(q.device, q.dtype).expand(batch, heads, seq_q, seq_k)
+        scores = scores + torch.where(keep, bias, torch.zeros((), dtype=q.dtype, device=q.device))
+    scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    if variant.sinks is not None:
+        sinks = variant.sinks.to(q.device, q.dtype).reshape(1, heads, 1, 1)
+        scores = torch.cat([scores, sinks.expand(batch, heads, seq_q, 1)], dim=-1)
+        probs = torch.softmax(scores, dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    return (probs * keep) @ vv
+
+
+def formula_gradients(q, k, v, d_out, variant: Variant, dtype: torch.dtype):
+    """(out, dq, dk, dv) of attention_formula in `dtype` by torch autograd."""
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out = attention_formula(*leaves, variant)
+    out.backward(d_out.to(dtype))
+    return (out.detach(), *(t.grad for t in leaves))
+
+
+def _flash_gradients(q, k, v, d_out, variant: Variant):
+    """(out, dq, dk, dv) of task4.attention.flash_attention through autograd."""
+    from task4.attention import flash_attention
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = flash_attention(*leaves, **variant.kwargs())
+    out.backward(d_out)
+    return (out.detach(), *(t.grad for t in leaves))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+def check_backward_case(name: str, q, k, v, d_out, variant: Variant) -> Check:
+    """One case: out, dq, dk, dv against float64 by FlashAttention-2's criterion, run twice
+    (the gradients must be bit-identical)."""
+    truth = formula_gradients(q, k, v, d_out, variant, torch.float64)
+    yardstick = formula_gradients(q, k, v, d_out, variant, q.dtype)
+    try:
+        first = _flash_gradients(q, k, v, d_out, variant)
+        second = _flash_gradients(q, k, v, d_out, variant)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
+        return Check(name, False, f"raised {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+    details, passed = [], True
+    for label, ours, ref, pt in zip(("out", "dq", "dk", "dv"), first, truth, yardstick,
+                                    strict=True):
+        ok, err, bound = fa2_criterion(ours, ref, pt)
+        passed &= ok and ours.dtype == pt.dtype and ours.shape == pt.shape
+        details.append(f"{label} {err:.1e}{'<=' if ok else '>'}{bound:.1e}")
+    same = all(torch.equal(_bits(a), _bits(b)) for a, b in zip(first[1:], second[1:], strict=True))
+    if not same:
+        details.append("two backward runs differ (the backward must be deterministic)")
+    return Check(name, passed and same, "; ".join(details))
+
+
+# --- the cases -------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """q [batch, heads, seq_q, head_dim], k/v [batch, kv_heads, seq_k, head_dim]; `variant`
+    names what goes into common.variants.Variant (tensors are drawn per run)."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    causal: bool = False
+    extra: str = ""              # window<N>, lengths, left, bool, additive, stride<N>,
+    #                              softcap, sinks, scale, views, expanded
+    dtype: torch.dtype = torch.float32
+    logits: float = 1.0          # q and k times this
+
+    def label(self) -> str:
+        dtype = str(self.dtype).removeprefix("torch.")
+        parts = [f"B{self.batch} H{self.heads}/{self.kv_heads} Sq{self.seq_q} Sk{self.seq_k} "
+                 f"D{self.head_dim}", "causal" if self.causal else "full", dtype]
+        if self.extra:
+            parts.append(self.extra)
+        if self.logits != 1.0:
+            parts.append(f"logits x{self.logits:g}")
+        return " ".join(parts)
+
+
+CASES = [
+    Case(1, 1, 1, 1, 1, 64), Case(2, 4, 4, 7, 7, 64, True), Case(2, 4, 4, 77, 77, 64),
+    Case(1, 3, 3, 130, 130, 128, True), Case(1, 2, 2, 1000, 1000, 64, True),
+    *(Case(2, 2, 2, 77, 77, d, True) for d in (8, 40, 80, 128)),
+    Case(2, 4, 2, 77, 130, 64), Case(2, 4, 2, 77, 130, 64, True),
+    Case(2, 4, 2, 130, 77, 64), Case(2, 4, 2, 130, 77, 64, True),   # rows that see no key
+    Case(2, 8, 8, 1, 200, 64, True),
+    *(Case(1, 8, kv, 130, 130, 64, True) for kv in (8, 4, 2, 1)),
+    Case(2, 4, 2, 200, 200, 64, True, "window16"), Case(2, 4, 2, 200, 200, 64, False, "window50"),
+    Case(3, 4, 2, 77, 130, 64, True, "lengths"), Case(3, 4, 2, 77, 130, 64, True, "left"),
+    Case(2, 4, 2, 77, 100, 64, False, "bool"), Case(2, 4, 4, 77, 100, 64, True, "additive"),
+    Case(1, 4, 2, 130, 130, 64, True, "stride3"),
+    Case(2, 8, 2, 77, 130, 64, True, "softcap"), Case(2, 4, 2, 77, 130, 64, True, "sinks"),
+    Case(2, 4, 4, 77, 77, 64, True, "scale"), Case(2, 4, 2, 77, 130, 64, True, "views"),
+    Case(2, 4, 2, 77, 77, 64, True, "expanded"),
+    Case(2, 4, 2, 130, 130, 64, False, logits=6.0), Case(2, 4, 2, 130, 130, 128, True, logits=6.0),
+    *(Case(2, 4, 2, 77, 130, 64, causal, dtype=dt) for dt in (torch.float16, torch.bfloat16)
+      for causal in (False, True)),
+]
+SMALL_CASES = [Case(2, 4, 4, 7, 7, 64, True), Case(2, 4, 2, 13, 29, 64, True, "window8"),
+               Case(2, 4, 2, 29, 13, 32, True, "lengths"), Case(1, 4, 1, 33, 33, 128, True, "softcap")]
+
+
+def case_inputs(case: Case, gen: torch.Generator, device) -> tuple:
+    """(q, k, v, d_out, variant) of one case: fresh random numbers from `gen`."""
+    def randn(*shape):
+        return torch.randn(*shape, device=device, generator=gen)
+
+    b, hq, hkv, sq, sk, d = (case.batch, case.heads, case.kv_heads, case.seq_q, case.seq_k,
+                             case.head_dim)
+    if case.extra == "views":   # head views of fused [B, S, H, D] projections
+        q = randn(b, sq, hq + 2, d)[:, :, :hq].transpose(1, 2)
+        kv = randn(b, sk, 2, hkv, d)
+        k, v = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)
+        q, k = q * case.logits, k * case.logits
+    else:
+        q, k = randn(b, hq, sq, d) * case.logits, randn(b, hkv, sk, d) * case.logits
+        v = randn(b, hkv, sk, d)
+    if case.extra == "expanded":          # what out.sum().backward() passes: strides 0
+        d_out = torch.ones((), device=device).expand(b, hq, sq, d)
+    else:                                 # every other column of a wider tensor
+        d_out = randn(b, hq, sq, 2 * d)[..., ::2]
+    fields: dict = {"causal": case.causal}
+    extra = case.extra
+    if extra.startswith("window"):
+        fields["window"] = int(extra.removeprefix("window"))
+    elif extra.startswith("stride"):
+        fields["stride"] = int(extra.removeprefix("stride"))
+    elif extra in ("lengths", "left"):
+        lengths = torch.randint(1, sk + 1, (b,), device=device, generator=gen)
+        lengths[0] = sk
+        fields.update(key_lengths=lengths.to(torch.int32), left_padding=extra == "left")
+    elif extra == "bool":
+        keep = torch.rand(b, 1, sq, sk, device=device, generator=gen) < 0.7
+        keep[:, :, sq // 2] = False       # a row that sees nothing
+        fields["mask"] = keep
+    elif extra == "additive":
+        bias = randn(1, hq, sq, sk) * 2
+        fields["mask"] = bias.masked_fill(torch.rand(1, hq, sq, sk, device=device,
+                                                     generator=gen) < 0.3, float("-inf"))
+    elif extra == "softcap":
+        fields["softcap"] = 5.0
+        q, k = q * 3, k * 3
+    elif extra == "sinks":
+        fields["sinks"] = randn(hq) * 2
+    elif extra == "scale":
+        fields["scale"] = 0.05
+    dtype = case.dtype
+    return (q.to(dtype), k.to(dtype), v.to(dtype), d_out.to(dtype), Variant(**fields))
+
+
+def _case_checks(cases, gen, device) -> list[Check]:
+    checks = []
+    for case in cases:
+        q, k, v, d_out, variant = case_inputs(case, gen, device)
+        checks.append(check_backward_case(f"backward {case.label()}", q, k, v, d_out, variant))
+    return checks
+
+
+def lse_checks(gen, device) -> list[Check]:
+    """The fp32 forward's lse (base 2, sinks included) against float64."""
+    from task4.backward import kernel_forward
+
+    checks = []
+    for name, variant, shape in (
+            ("causal Sq<Sk GQA", Variant(causal=True), (2, 4, 2, 77, 130, 64)),
+            ("causal Sq>Sk (rows with no key: -inf)", Variant(causal=True), (2, 4, 2, 130, 77, 64)),
+            ("window, sinks", Variant(causal=True, window=20, sinks=torch.randn(
+                4, device=device, generator=gen)), (1, 4, 4, 100, 100, 32))):
+        b, hq, hkv, sq, sk, d = shape
+        q = torch.randn(b, hq, sq, d, device=device, generator=gen)
+        k, v = (torch.randn(b, hkv, sk, d, device=device, generator=gen) for _ in range(2))
+        try:
+            _, lse = kernel_forward(q, k, v, variant.causal, variant.window, 1, None, None, False,
+                                    None, variant.sinks, None)
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
+            checks.append(Check(f"fp32 lse {name}", False, f"raised {type(err).__name__}: {err}"))
+            continue
+        truth = reference_lse_variant(q, k, v, variant) * LOG2E
+        seen = torch.isfinite(truth)
+        same_inf = torch.equal(seen, torch.isfinite(lse)) and bool(
+            (lse[~seen] == float("-inf")).all())
+        err = (lse[seen].double() - truth[seen]).abs().max().item() if seen.any() else 0.0
+        bound = 1e-5 * max(1.0, truth[seen].abs().max().item() if seen.any() else 1.0)
+        checks.append(Check(f"fp32 lse {name}", same_inf and err <= bound,
+                            f"max err {err:.1e} (bound {bound:.1e}); -inf exactly where no key"
+                            if same_inf else "-inf rows differ from float64's"))
+    return checks
+
+
+def finite_difference_checks(gen, device) -> list[Check]:
+    """The kernel's analytic gradients against central differences in float64 of the float64
+    formula (see the module docstring for why not gradcheck), on tiny fp32 problems."""
+    checks = []
+    for name, variant, shape in (("causal GQA Sq<Sk", Variant(causal=True), (1, 2, 1, 5, 7, 8)),
+                                 ("window Sq>Sk", Variant(causal=True, window=3), (1, 2, 2, 7, 4, 8)),
+                                 ("softcap", Variant(softcap=1.5), (1, 2, 1, 4, 6, 16))):
+        b, hq, hkv, sq, sk, d = shape
+        q = torch.randn(b, hq, sq, d, device=device, generator=gen)
+        k, v = (torch.randn(b, hkv, sk, d, device=device, generator=gen) for _ in range(2))
+        d_out = torch.randn(b, hq, sq, d, device=device, generator=gen)
+        try:
+            ours = _flash_gradients(q, k, v, d_out, variant)[1:]
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
+            checks.append(Check(f"finite differences {name}", False, f"raised {err}"))
+            continue
+        inputs = [t.double() for t in (q, k, v)]
+
+        weights = d_out.double()
+
+        def loss(values, variant=variant, weights=weights):
+            return (reference_attention_variant(*values, variant) * weights).sum().item()
+
+        worst = 0.0
+        for index, grad in enumerate(ours):
+            flat = inputs[index].view(-1)
+            numeric = torch.empty(flat.numel(), dtype=torch.float64)
+            for i in range(flat.numel()):
+                keep = flat[i].item()
+                flat[i] = keep + FD_STEP
+                up = loss(inputs)
+                flat[i] = keep - FD_STEP
+                down = loss(inputs)
+                flat[i] = keep
+                numeric[i] = (up - down) / (2 * FD_STEP)
+            worst = max(worst, (grad.double().cpu().view(-1) - numeric).abs().max().item())
+        checks.append(Check(f"finite differences {name} (dq, dk, dv)", worst <= FD_TOLERANCE,
+                            f"max |analytic - float64 central difference| {worst:.1e} "
+                            f"(tolerance {FD_TOLERANCE:.0e})"))
+    return checks
+
+
+def input_checks(device) -> list[Check]:
+    """Bad input to the backward raises ValueError/TypeError (a RuntimeError where PyTorch's
+    own sentence says it) naming what is wrong."""
+    from task4.attention import _extension, flash_attention
+
+    bwd = _extension().flash_attention_backward_fp32
+    q = torch.randn(1, 2, 16, 64, device=device)
+    k = v = out = d_out = q
+    lse = torch.zeros(1, 2, 16, device=device)
+    strict = (ValueError, TypeError)
+
+    def raises(name, fn, mention, types=strict):
+        return check_raises(f"backward input: {name}", fn, exc_types=types, must_mention=mention)
+
+    def second_backward():
+        leaf = q.clone().requires_grad_()
+        result = flash_attention(leaf, k, v).sum()
+        result.backward()
+        result.backward()
+
+    def variant_leaf(name):
+        tensor = {"mask": torch.zeros(1, 1, 16, 16, device=device),
+                  "sinks": torch.zeros(2, device=device)}[name].requires_grad_()
+        return lambda: flash_attention(q.clone().requires_grad_(), k, v, **{name: tensor})
+
+    return [
+        raises("lse of the wrong shape", lambda: bwd(q, k, v, out, lse[:, :, :8], d_out), "lse"),
+        raises("lse float64", lambda: bwd(q, k, v, out, lse.double(), d_out), "lse"),
+        raises("d_out of the wrong shape", lambda: bwd(q, k, v, out, lse, d_out[:, :1]), "d_out"),
+        raises("d_out on the CPU", lambda: bwd(q, k, v, out, lse, d_out.cpu()), "CUDA"),
+        raises("fp16 q", lambda: bwd(q.half(), k, v, out, lse, d_out), "dtype"),
+        raises("head_dim 136", lambda: bwd(*(torch.zeros(1, 1, 4, 136, device=device),) * 4,
+                                           torch.zeros(1, 1, 4, device=device),
+                                           torch.zeros(1, 1, 4, 136, device=device)), "head_dim"),
+        raises("an additive mask that requires grad", variant_leaf("mask"), "mask requires grad"),
+        raises("sinks that require grad", variant_leaf("sinks"), "sinks requires grad"),
+        raises("a second backward through a freed graph", second_backward, "second time",
+               (RuntimeError,)),
+    ]
+
+
+def compile_checks(gen, device) -> list[Check]:
+    """torch.compile(fullgraph=True) over forward + loss: no graph break, the eager gradients."""
+    from task4.attention import flash_attention
+
+    q = torch.randn(2, 4, 77, 64, device=device, generator=gen)
+    k, v = (torch.randn(2, 2, 100, 64, device=device, generator=gen) for _ in range(2))
+
+    def step(q, k, v):
+        return flash_attention(q, k, v, causal=True).square().sum()
+
+    grads = {}
+    for label, fn in (("eager", step), ("compiled", torch.compile(step, fullgraph=True))):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        try:
+            fn(*leaves).backward()
+        except Exception as err:   # a compile failure of any kind is this check's failure
+            return [Check("torch.compile(fullgraph=True) forward + backward", False,
+                          f"{label} raised {type(err).__name__}: {str(err).splitlines()[0][:200]}")]
+        grads[label] = [t.grad for t in leaves]
+    worst = max((a - b).abs().max().item() / max(a.abs().max().item(), 1e-30)
+                for a, b in zip(grads["eager"], grads["compiled"], strict=True))
+    return [Check("torch.compile(fullgraph=True) forward + backward", worst <= 1e-5,
+                  f"max relative difference to eager {worst:.1e}")]
+
+
+# --- groups ------------------------------------------------------------------------------------
+
+def backward_group(args=None):
+    device, gen, checks = gpu_group("backward", args)
+    if device is None:
+        return checks, {}
+    checks += input_checks(device)
+    checks += _case_checks(CASES, gen, device)
+    checks += lse_checks(gen, device)
+    checks += finite_difference_checks(gen, device)
+    checks += compile_checks(gen, device)
+    return checks, {}
+
+
+def backward_small_group(args=None):
+    """A few cases of the backward, tiny: what compute-sanitizer runs."""
+    device, gen, checks = gpu_group("backward-small", args)
+    if device is None:
+        return checks, {}
+    return checks + _case_checks(SMALL_CASES, gen, device), {}
+
+
+def _shape_of(label: str) -> tuple[int, int, int, int]:
+    b, h, s, d = (int(part[1:]) for part in label.split("_"))
+    return b, h, s, d
+
+
+def backward_bench_group(args=None):
+    """The fp32 backward against SDPA's efficient backend (fp32), alternating rounds."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from task4.attention import flash_attention
+
+    device, gen, checks = gpu_group("backward-bench", args)
+    if device is None:
+        return checks, {}
+    metrics: dict[str, float] = {}
+    for shape in BACKWARD_FP32_SHAPES:
+        b, h, s, d = _shape_of(shape)
+        q, k, v, d_out = (torch.randn(b, h, s, d, device=device, generator=gen) for _ in range(4))
+        for causal in (False, True):
+            mask = "causal" if causal else "noncausal"
+            leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+            try:
+                ours_out = flash_attention(*leaves, causal=causal)
+            except NotImplementedError as err:
+                return checks + [Check("backward-bench", False, f"not implemented: {err}")], metrics
+            with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                peer_out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+
+            def timer(out, leaves=leaves, d_out=d_out):
+                def run():
+                    torch.autograd.grad(out, leaves, d_out, retain_graph=True)
+
+                return lambda reps: time_cuda(run, warmup=3, repeats=reps).median_ms
+
+            timers = {"ours": timer(ours_out), "sdpa": timer(peer_out)}
+            ms = interleaved_medians(timers, rounds=5, repeats=10)
+            flops = 2.5 * attention_flops(b, h, s, s, d, causal)
+            prefix = backward_prefix("fp32", shape, mask)
+            ratio = ms["sdpa"] / ms["ours"]
+            metrics.update({f"{prefix}.ms": ms["ours"], f"{prefix}.tflops": tflops(flops, ms["ours"]),
+                            f"{prefix}.sdpa_efficient_ms": ms["sdpa"],
+                            f"{prefix}.sdpa_efficient_tflops": tflops(flops, ms["sdpa"]),
+                            f"{prefix}.ratio_vs_sdpa_efficient": ratio})
+            checks.append(Check(f"fp32 backward {shape} {mask} timing", True,
+                                f"ours {ms['ours']:.3f} ms = {tflops(flops, ms['ours']):.1f} "
+                                f"TFLOP/s, SDPA efficient {ms['sdpa']:.3f} ms, ratio {ratio:.2f}x "
+                                "(SDPA's time / ours)"))
+            del ours_out, peer_out, timers
+        torch.cuda.empty_cache()
+    return checks, metrics
+
+
+GROUPS = {"backward-small": backward_small_group, "backward": backward_group,
+          "backward-bench": backward_bench_group}

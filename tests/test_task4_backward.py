@@ -1,0 +1,287 @@
+"""The attention backward on task 4's kernels (issue 33): task4/backward.py and
+task4/backward_checks.py.
+
+CPU (CI): the Python side with a stand-in extension whose three entries are task 3's PyTorch
+forward and backward (task3/flash_backward.py): gradients reach q, k and v through the custom
+operators in the right order and dtypes, the lse is computed only when autograd needs it,
+torch.library.opcheck and torch.compile(fullgraph=True) accept the operators, gradcheck
+passes through them, and a mask or sinks that require grad raise a sentence.
+GPU: the groups of `python -m task4.test --backward-small --backward --backward-bench`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from common.checks import assert_checks
+from common.variants import Variant, fa2_criterion
+from task3.flash_backward import flash_attention_backward, flash_attention_forward_with_lse
+from task4 import attention
+from task4 import backward as backward_module
+from task4.backward_checks import attention_formula, formula_gradients
+
+LOG2E = 1.4426950408889634
+
+
+class BackwardExtension:
+    """The extension's entries the autograd path calls, on the CPU: task 3's tiles. It takes
+    what task 3 takes (causal, GQA, S_q != S_k, softcap, scale) and records every call."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, bool]] = []   # (entry, whether an lse was asked for)
+
+    @staticmethod
+    def _task3_settings(window, stride, mask, key_lengths, left_padding, sinks=None):
+        assert (window, stride, mask, key_lengths, left_padding, sinks) == \
+            (None, 1, None, None, False, None), "the stand-in takes task 3's variants only"
+
+    def _forward(self, name, q, k, v, causal, out, window, stride, mask, key_lengths,
+                 left_padding, lse, softcap, sinks, scale):
+        self._task3_settings(window, stride, mask, key_lengths, left_padding, sinks)
+        self.calls.append((name, lse is not None))
+        result, natural = flash_attention_forward_with_lse(q, k, v, causal, 16, 16, scale=scale,
+                                                           softcap=softcap)
+        if lse is not None:
+            lse.copy_(natural * LOG2E)   # the kernels write base 2
+        if out is None:
+            return result
+        return out.copy_(result)
+
+    def flash_attention_fp32(self, q, k, v, causal=False, out=None, window=None, stride=1,
+                             mask=None, key_lengths=None, left_padding=False, softcap=None,
+                             sinks=None, scale=None, lse=None):
+        assert q.dtype != torch.float16 and q.dtype != torch.bfloat16
+        return self._forward("fp32", q, k, v, causal, out, window, stride, mask, key_lengths,
+                             left_padding, lse, softcap, sinks, scale)
+
+    def flash_attention_mma(self, q, k, v, causal=False, out=None, window=None, stride=1,
+                            mask=None, key_lengths=None, left_padding=False, lse=None,
+                            softcap=None, sinks=None, scale=None):
+        assert q.dtype in (torch.float16, torch.bfloat16)
+        return self._forward("mma", q, k, v, causal, out, window, stride, mask, key_lengths,
+                             left_padding, lse, softcap, sinks, scale)
+
+    def flash_attention_backward_fp32(self, q, k, v, out, lse, d_out, causal, window, stride,
+                                      mask, key_lengths, left_padding, softcap, scale):
+        # The real kernel is fp32 only (float64 here is for gradcheck through the operators).
+        assert q.dtype in (torch.float32, torch.float64) and lse.dtype == torch.float32
+        assert all(t.dtype == q.dtype for t in (k, v, out, d_out))
+        self._task3_settings(window, stride, mask, key_lengths, left_padding)
+        self.calls.append(("backward", True))
+        natural = (lse / LOG2E).to(torch.float64 if q.dtype == torch.float64 else torch.float32)
+        return list(flash_attention_backward(q, k, v, out, natural, d_out, causal, 16, 16,
+                                             scale=scale, softcap=softcap))
+
+
+@pytest.fixture
+def fake_ext(monkeypatch):
+    ext = BackwardExtension()
+    monkeypatch.setattr(attention, "_extension", lambda: ext)
+    return ext
+
+
+def _inputs(heads=4, kv_heads=2, seq_q=13, seq_k=21, head_dim=16, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, heads, seq_q, head_dim, generator=gen)
+    k, v = (torch.randn(2, kv_heads, seq_k, head_dim, generator=gen) for _ in range(2))
+    d_out = torch.randn(2, heads, seq_q, 2 * head_dim, generator=gen)[..., ::2]  # not contiguous
+    return [t.to(dtype) for t in (q, k, v)], d_out.to(dtype)
+
+
+def _ours(q, k, v, d_out, **kwargs):
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attention.flash_attention(*leaves, **kwargs)
+    out.backward(d_out)
+    return (out.detach(), *(t.grad for t in leaves))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("settings", [dict(causal=False), dict(causal=True),
+                                      dict(causal=True, softcap=2.0, scale=0.3)])
+@pytest.mark.parametrize("shape", [(4, 2, 13, 21), (8, 1, 21, 13), (4, 4, 1, 9)])
+def test_gradients_reach_q_k_v_through_the_operators(fake_ext, dtype, settings, shape):
+    """With the stand-in, flash_attention's gradients are task 3's: FlashAttention-2's
+    criterion against float64 autograd, in the input dtype, for GQA and S_q != S_k."""
+    (q, k, v), d_out = _inputs(*shape, dtype=dtype)
+    ours = _ours(q, k, v, d_out, **settings)
+    variant = Variant(**settings)
+    truth = formula_gradients(q, k, v, d_out, variant, torch.float64)
+    yardstick = formula_gradients(q, k, v, d_out, variant, dtype)
+    for name, mine, ref, pt in zip(("out", "dq", "dk", "dv"), ours, truth, yardstick, strict=True):
+        assert mine.dtype == dtype and mine.shape == pt.shape, name
+        passed, err, bound = fa2_criterion(mine, ref, pt)
+        assert passed, f"{name}: {err:.2e} > {bound:.2e}"
+    entry = "fp32" if dtype == torch.float32 else "mma"
+    assert fake_ext.calls == [(entry, True), ("backward", True)]
+
+
+def test_the_formula_is_the_repositorys_truth():
+    from common.variants import reference_attention_variant
+
+    (q, k, v), _ = _inputs(dtype=torch.float64)
+    gen = torch.Generator().manual_seed(3)
+    mask = torch.randn(1, 4, 13, 21, generator=gen, dtype=torch.float64)
+    variants = [Variant(), Variant(causal=True), Variant(causal=True, window=4),
+                Variant(softcap=1.5, scale=0.4),
+                Variant(mask=mask.masked_fill(mask > 1, float("-inf"))),
+                Variant(causal=True, sinks=torch.randn(4, generator=gen, dtype=torch.float64)),
+                Variant(key_lengths=torch.tensor([5, 0], dtype=torch.int32), left_padding=True)]
+    for variant in variants:
+        torch.testing.assert_close(attention_formula(q, k, v, variant),
+                                   reference_attention_variant(q, k, v, variant),
+                                   rtol=1e-12, atol=1e-12, msg=variant.describe)
+
+
+def test_no_lse_and_no_operator_without_grad(fake_ext):
+    (q, k, v), _ = _inputs()
+    attention.flash_attention(q, k, v, causal=True)                 # nothing requires grad
+    leaf = q.clone().requires_grad_()
+    with torch.no_grad():
+        attention.flash_attention(leaf, k, v, causal=True)          # grad mode off
+    with torch.inference_mode():
+        attention.flash_attention(leaf, k, v)
+    assert fake_ext.calls == [("fp32", False)] * 3
+    out = attention.flash_attention(leaf, k, v, causal=True)
+    assert fake_ext.calls[-1] == ("fp32", True) and out.grad_fn is not None
+
+
+def test_out_receives_the_result_and_the_gradient_flows(fake_ext):
+    (q, k, v), d_out = _inputs()
+    expected = _ours(q, k, v, d_out, causal=True)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = torch.full(q.shape, float("nan"))
+    returned = attention.flash_attention(*leaves, True, out)
+    assert returned is out
+    out.backward(d_out)
+    for mine, theirs in zip((out.detach(), *(t.grad for t in leaves)), expected, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["mask", "sinks"])
+def test_a_variant_tensor_that_requires_grad_is_one_sentence(fake_ext, name):
+    (q, k, v), _ = _inputs()
+    tensor = (torch.zeros(1, 1, 13, 21) if name == "mask" else torch.zeros(4)).requires_grad_()
+    with pytest.raises(ValueError, match=f"{name} requires grad") as info:
+        attention.flash_attention(q, k, v, **{name: tensor})
+    assert str(info.value).endswith(".") and fake_ext.calls == []
+
+
+def test_gradcheck_through_the_operators(fake_ext):
+    """torch.autograd.gradcheck on the forward operator, float64 through the stand-in (the
+    kernels are fp32: on the GPU, task4.backward_checks compares with float64 finite
+    differences instead; its docstring says why)."""
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, 5, 8, dtype=torch.float64, generator=gen, requires_grad=True)
+    k, v = (torch.randn(1, 2, 7, 8, dtype=torch.float64, generator=gen, requires_grad=True)
+            for _ in range(2))
+
+    def run(q, k, v):
+        return backward_module._forward_op(q, k, v, True, None, 1, None, None, False, 1.5, None,
+                                           None)[0]
+
+    assert torch.autograd.gradcheck(run, (q, k, v))
+
+
+def test_opcheck_accepts_the_operators(fake_ext):
+    """Schema, fake (meta) implementations, autograd registration and AOT dispatch."""
+    (q, k, v), d_out = _inputs()
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    forward_args = (q, k, v, True, None, 1, None, None, False, None, None, 0.25)
+    torch.library.opcheck(backward_module._forward_op, forward_args)
+    out, lse = backward_module._forward_op(*forward_args)
+    torch.library.opcheck(backward_module._backward_op,
+                          (q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), d_out, True,
+                           None, 1, None, None, False, None, 0.25))
+
+
+def test_torch_compile_fullgraph_traces_the_entry(fake_ext):
+    """flash_attention's Python (argument checks, routing) and both operators compile without a
+    graph break (aot_eager on the CPU; the GPU group compiles with inductor), same gradients."""
+    torch._dynamo.reset()
+    (q, k, v), _ = _inputs()
+
+    def step(q, k, v):
+        return attention.flash_attention(q, k, v, causal=True).square().sum()
+
+    grads = []
+    for fn in (step, torch.compile(step, fullgraph=True, backend="aot_eager")):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        fn(*leaves).backward()
+        grads.append([t.grad for t in leaves])
+    for eager, compiled in zip(*grads, strict=True):
+        torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
+
+
+def test_half_inputs_run_the_fp32_backward_on_float32_copies(fake_ext, monkeypatch):
+    seen = []
+    original = fake_ext.flash_attention_backward_fp32
+
+    def spy(q, k, v, out, lse, d_out, *rest):
+        seen.append(tuple(t.dtype for t in (q, k, v, out, d_out)))
+        return original(q, k, v, out, lse, d_out, *rest)
+
+    monkeypatch.setattr(fake_ext, "flash_attention_backward_fp32", spy)
+    (q, k, v), d_out = _inputs(dtype=torch.bfloat16)
+    grads = _ours(q, k, v, d_out, causal=True)[1:]
+    assert seen == [(torch.float32,) * 5]
+    assert all(g.dtype == torch.bfloat16 for g in grads)
+
+
+def test_groups_are_in_task4_test():
+    from task4 import test as task4_test
+    from task4.backward_checks import GROUPS
+    from task4.manifest import backward_prefix
+
+    assert set(GROUPS) <= set(task4_test.GROUPS)
+    assert backward_prefix("fp32", "b4_h32_s1024_d64", "causal") == \
+        "task4.backward.fp32.b4_h32_s1024_d64.causal"
+    assert math.isclose(LOG2E, math.log2(math.e))
+
+
+# --- GPU: the groups of python -m task4.test ----------------------------------------------
+
+
+@pytest.mark.gpu
+def test_task4_backward_small():
+    from task4.backward_checks import backward_small_group
+
+    checks, _ = backward_small_group()
+    assert_checks(checks)
+
+
+@pytest.mark.gpu
+def test_task4_backward():
+    from task4.backward_checks import backward_group
+
+    checks, _ = backward_group()
+    assert_checks(checks)
+
+
+@pytest.mark.gpu
+def test_task5_attention_routes_prefill_gradients_through_the_same_entry():
+    from task5.attention import attention as task5_attention
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 4, 33, 64, device="cuda", generator=gen, requires_grad=True)
+    k, v = (torch.randn(2, 2, 40, 64, device="cuda", generator=gen, requires_grad=True)
+            for _ in range(2))
+    out = task5_attention(q, k, v, causal=True)
+    out.square().sum().backward()
+    assert all(t.grad is not None and bool(torch.isfinite(t.grad).all()) for t in (q, k, v))
+    expected = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    attention.flash_attention(*expected, causal=True).square().sum().backward()
+    for mine, theirs in zip((q, k, v), expected, strict=True):
+        assert torch.equal(mine.grad, theirs.grad)
+
+
+@pytest.mark.gpu
+@pytest.mark.timed
+def test_task4_backward_bench():
+    from task4.backward_checks import backward_bench_group
+
+    checks, metrics = backward_bench_group()
+    assert_checks(checks)
+    assert any(name.endswith(".ratio_vs_sdpa_efficient") for name in metrics)
