@@ -128,7 +128,7 @@ VARIANTS_SECTION = Section(
 
 # --- the backward pass (task4/backward_checks.py) ---------------------------------------------
 
-BACKWARD_FP32_SHAPES = ("b4_h32_s1024_d64", "b4_h32_s4096_d128")
+BACKWARD_FP32_SHAPES = ("b4_h32_s1024_d64", "b1_h32_s4096_d128")
 
 
 def backward_prefix(dtype: str, shape: str, mask: str) -> str:
