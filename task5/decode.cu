@@ -550,24 +550,7 @@ __device__ __forceinline__ void merge_head_splits(const States<T>& p, int64_t bh
 // that arrives last (it sees num_splits - 1) merges every split in split order, so the
 // result does not depend on which block that is, and resets the counter for the next decode.
 // At short contexts this saves the combine kernel's launch, about as long as the work.
-// Called by thread 0 after a __syncthreads() that follows the block's writes: publishes them,
-// counts the block on *counter, and answers whether it was the last of `blocks` (after which
-// the other blocks' writes are visible to it). One thread fences, acquire-release, instead of a
-// __threadfence() (sequentially consistent) in every thread: task 6's bf16 decode step was
-// slightly faster so (task6/NOTES.md). fence.acq_rel needs Volta (sm_70) or later.
-__device__ __forceinline__ bool count_block_is_last(int* counter, int blocks) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
-  const bool last = atomicAdd(counter, 1) == blocks - 1;
-  if (last) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the count, then their writes
-#else
-  __threadfence();
-  const bool last = atomicAdd(counter, 1) == blocks - 1;
-  if (last) __threadfence();
-#endif
-  return last;
-}
-
+// count_block_is_last (decode_common.cuh) publishes a block's writes and counts it.
 template <typename T>
 __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
   __shared__ bool is_last;
@@ -776,13 +759,18 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeP
 
 bool multiple_of(int64_t bytes, int64_t unit) { return bytes % unit == 0; }
 
-// The split kernel's counters (merge_in_last_block): one int per (batch, head), allocated and
-// zeroed once per device and left zeroed by every decode, so a captured CUDA graph can keep
-// using them. Allocation cannot happen inside a capture: then (and past the capacity) the
-// answer is nullptr and the combine kernel merges instead. Decodes on one device share the
-// counters, so they must not run at the same time on two streams (they are stream-ordered in
-// a model's decode loop, captured or not). ATTN_DECODE_COMBINE_KERNEL=1 (read on every call,
-// so a test can check both paths) always answers nullptr.
+}  // namespace
+
+namespace attn_decode {
+
+// The counters of the merges in a split's last block (merge_in_last_block: one int per
+// (batch, head) for the split kernel, per (batch, KV head, row tile) for decode_gqa.cu),
+// allocated and zeroed once per device and left zeroed by every decode, so a captured CUDA
+// graph can keep using them. Allocation cannot happen inside a capture: then (and past the
+// capacity) the answer is nullptr and a merge kernel merges instead. Decodes on one device
+// share the counters, so they must not run at the same time on two streams (they are
+// stream-ordered in a model's decode loop, captured or not). ATTN_DECODE_COMBINE_KERNEL=1
+// (read on every call, so a test can check both paths) always answers nullptr.
 int* split_counters(cudaStream_t stream, int64_t count) {
   constexpr int64_t kCapacity = 1 << 16;
   constexpr int kMaxDevices = 64;
@@ -807,6 +795,10 @@ int* split_counters(cudaStream_t stream, int64_t count) {
   }
   return buffers[device];
 }
+
+}  // namespace attn_decode
+
+namespace {
 
 // How many K and V rows of its split each block asks L2 for before its wait (prefetch_first_keys):
 // ATTN_DECODE_PREFETCH_KEYS, read on every call so that one process can compare settings;

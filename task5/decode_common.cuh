@@ -202,6 +202,31 @@ struct MergeParams {
 template <typename T>
 void merge_lse_splits(const MergeParams<T, float>& params, int64_t rows, cudaStream_t stream);
 
+// Zeroed counters for the merges in a split's last block, `count` of them (decode.cu): the
+// decode kernels that merge their own splits take one per group of splits, and leave it zeroed.
+// nullptr inside a CUDA graph capture before the first allocation, past the capacity, or with
+// ATTN_DECODE_COMBINE_KERNEL=1: then a merge kernel runs instead.
+int* split_counters(cudaStream_t stream, int64_t count);
+
+// The merges in a split's last block (decode.cu's merge_in_last_block, decode_gqa.cu's). Called
+// by thread 0 after a __syncthreads() that follows the block's writes: publishes them,
+// counts the block on *counter, and answers whether it was the last of `blocks` (after which
+// the other blocks' writes are visible to it). One thread fences, acquire-release, instead of a
+// __threadfence() (sequentially consistent) in every thread: task 6's bf16 decode step was
+// slightly faster so (task6/NOTES.md). fence.acq_rel needs Volta (sm_70) or later.
+__device__ __forceinline__ bool count_block_is_last(int* counter, int blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
+  const bool last = atomicAdd(counter, 1) == blocks - 1;
+  if (last) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the count, then their writes
+#else
+  __threadfence();
+  const bool last = atomicAdd(counter, 1) == blocks - 1;
+  if (last) __threadfence();
+#endif
+  return last;
+}
+
 // ---- host side: layout checks ----------------------------------------------------------------
 
 inline void check_float_dtype(const torch::Tensor& t, const char* name) {

@@ -10,7 +10,8 @@
 //   * split-KV: the keys of a (sequence, KV head) are cut into num_splits ranges, one block
 //     each, so that batch 1 fills the GPU (8 KV heads alone would occupy 8 of 132 SMs); each
 //     block writes its range's normalised output in float32 and its base-2 log-sum-exp, and
-//     decode.cu's merge_lse_splits merges them (the merge every split decode uses);
+//     the last block of a row tile to finish merges them (merge_in_last_block, one launch in
+//     all; without counters, decode.cu's merge_lse_splits, the merge every such decode uses);
 //   * a multi-stage pipeline: within a block, each of the 4 warps streams its own slice of the
 //     block's keys (every 4th key tile) through a private ring of kStages shared-memory
 //     stages filled by cp.async, so kStages - 1 K/V tiles per warp (12 per block) are in
@@ -145,8 +146,100 @@ struct GqaParams {
   attn::MaskParams mask;
   float* partial;  // num_splits > 1: [B, H_kv, num_splits, rows, D], normalised outputs
   float* lse;      // num_splits > 1: [B, H_kv, num_splits, rows], base 2
+  // num_splits > 1, when not null: one zeroed counter per (b, kv, row tile); the last split of
+  // a row tile to finish merges them all (merge_in_last_block), so no merge kernel runs.
+  int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
 };
+
+// Row r's elements d0 .. d0 + 7 of sequence b's output (KV head kv), in q's dtype.
+template <typename Element>
+__device__ __forceinline__ void store_output(const GqaParams& p, int64_t b, int kv, int r, int d0,
+                                             const float (&val)[8]) {
+  using Ops = mma_attn::ElementOps<Element>;
+  const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+  Element* dst = static_cast<Element*>(p.out) + b * p.o_stride_b + head * p.o_stride_h +
+                 static_cast<int64_t>(r / p.group) * p.o_stride_s + d0;
+  if (p.out_vec16) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(Ops::pack(val[0], val[1]), Ops::pack(val[2], val[3]),
+                                                Ops::pack(val[4], val[5]), Ops::pack(val[6], val[7]));
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst[e] = from_float<Element>(val[e]);
+  }
+}
+
+// Beyond the kernel's own work (given): the last block of a row tile's splits to finish
+// merges them, as decode.cu's merge_in_last_block does for the course kernel, so a split
+// decode is one launch (at batch 1 the merge kernel's launch is a sizeable part of a short
+// decode). The block counts itself after its partials and lse are written; the last one
+// (which one does not change the result: it merges in split order) weighs each split by
+// 2^(lse_s - M) / sum, exactly as merge_splits_kernel, and resets the counter. The weights,
+// [rows of the tile][num_splits] floats (num_splits <= MAX_SPLITS: 64 KB), reuse the start of
+// the kernel's dynamic shared memory.
+template <typename Cfg, typename Element>
+__device__ __forceinline__ void merge_in_last_block(const GqaParams& p) {
+  static_assert(kRowsPerTile * MAX_SPLITS * 4 <= Cfg::kSmemBytes, "the weights fit");
+  extern __shared__ __align__(128) unsigned char smem_weights[];
+  float* const smem = reinterpret_cast<float*>(smem_weights);
+  __shared__ bool is_last;
+  __shared__ float row_scale[kRowsPerTile];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int64_t block = blockIdx.x;
+  const int row_tile = static_cast<int>(block % p.row_tiles);
+  const int64_t b_kv = block / p.row_tiles / p.num_splits;
+  const int64_t tile = b_kv * p.row_tiles + row_tile;
+  __syncthreads();  // the block's partials and lse are written, and nobody reads smem any more
+  if (tid == 0) is_last = count_block_is_last(p.counters + tile, p.num_splits);
+  __syncthreads();
+  if (!is_last) return;
+  const int row0 = row_tile * kRowsPerTile;
+  const int rows_here = min(kRowsPerTile, p.rows - row0);
+  const int64_t first = b_kv * p.num_splits * p.rows + row0;  // split 0's row row0
+  for (int rr = warp; rr < rows_here; rr += Cfg::kWarps) {
+    float m = -INFINITY;
+    for (int s = lane; s < p.num_splits; s += 32)
+      m = fmaxf(m, __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
+    float total = 0.f;
+    for (int s = lane; s < p.num_splits; s += 32) {
+      const float lse = __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr);
+      const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
+      smem[rr * p.num_splits + s] = w;
+      total += w;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
+    if (lane == 0) row_scale[rr] = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
+  }
+  __syncthreads();
+  constexpr int kChunks8 = Cfg::kHeadDim / 8;
+  for (int idx = tid; idx < rows_here * kChunks8; idx += Cfg::kThreads) {
+    const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
+    if (d0 >= p.head_dim) continue;
+    float val[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const float* src = p.partial + (first + rr) * p.head_dim + d0;
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float w = smem[rr * p.num_splits + s];
+      const float4 lo = __ldcg(reinterpret_cast<const float4*>(src));
+      const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + 4));
+      val[0] = fmaf(w, lo.x, val[0]);
+      val[1] = fmaf(w, lo.y, val[1]);
+      val[2] = fmaf(w, lo.z, val[2]);
+      val[3] = fmaf(w, lo.w, val[3]);
+      val[4] = fmaf(w, hi.x, val[4]);
+      val[5] = fmaf(w, hi.y, val[5]);
+      val[6] = fmaf(w, hi.z, val[6]);
+      val[7] = fmaf(w, hi.w, val[7]);
+      src += static_cast<int64_t>(p.rows) * p.head_dim;  // the next split's row
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) val[e] *= row_scale[rr];
+    store_output<Element>(p, b_kv / p.heads_kv, static_cast<int>(b_kv % p.heads_kv), row0 + rr, d0, val);
+  }
+  if (tid == 0) p.counters[tile] = 0;  // zeroed for the next decode (and graph replay)
+}
 
 // The Q rows of this row tile into shared memory (16 rows, zero-filled past the real rows
 // and past head_dim), one 16-byte cp.async per chunk, all threads.
@@ -481,16 +574,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
     }
     const int r = row0 + rr;
     if (p.num_splits == 1) {
-      const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
-      Element* dst = static_cast<Element*>(p.out) + b * p.o_stride_b + head * p.o_stride_h +
-                     static_cast<int64_t>(r / p.group) * p.o_stride_s + d0;
-      if (p.out_vec16) {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(Ops::pack(val[0], val[1]), Ops::pack(val[2], val[3]),
-                                                    Ops::pack(val[4], val[5]), Ops::pack(val[6], val[7]));
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) dst[e] = from_float<Element>(val[e]);
-      }
+      store_output<Element>(p, b, kv, r, d0, val);
     } else {
       float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
       *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
@@ -498,6 +582,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
     }
   }
   // END SOLUTION
+  if (p.num_splits > 1 && p.counters != nullptr) merge_in_last_block<Cfg, Element>(p);
 #else
   // Built for a GPU older than sm_80 (no cp.async, no bf16 mma): the host refuses to launch.
   __trap();
@@ -683,6 +768,7 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
     p.lse = lse.data_ptr<float>();
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  p.counters = num_splits > 1 ? split_counters(stream, batch * heads_kv * row_tiles) : nullptr;
   with_config(head_dim, [&](auto* cfg_tag) {
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
@@ -690,7 +776,7 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
       decode_gqa_kernel<Element, Cfg>
           <<<static_cast<unsigned>(blocks), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
       attn::check_launch("decode_gqa_kernel");
-      if (num_splits > 1) {
+      if (num_splits > 1 && p.counters == nullptr) {
         MergeParams<Element, float> merge{p.partial, p.lse, static_cast<Element*>(p.out),
                                           p.o_stride_b, p.o_stride_h, static_cast<int>(heads_q),
                                           group, p.num_splits, p.head_dim, p.seq_q, p.o_stride_s};

@@ -21,8 +21,9 @@ sequence's cache ends (or, left-padded, where it starts). Groups of `python -m t
               variant (window, stride, bool/additive masks, varlen and left-padded lengths
               with empty sequences, softcap, sinks, scale), logits in the hundreds, forced
               split counts (more splits than key tiles too), caches NaN beyond the keys a
-              sequence has, a captured CUDA graph replayed as the lengths grow, routing
-              through task5.attention.attention; bad input raises a sentence
+              sequence has, split merges by the last block and by the merge kernel, a
+              captured CUDA graph replayed as the lengths grow, routing through
+              task5.attention.attention; bad input raises a sentence
   gqa-bench   the issue's grouped-query decode shapes (B, H_q / H_kv, ctx, D 128), fp16 and
               bf16, decode_gqa.cu and every fused SDPA backend (enable_gqa=True) timed as
               CUDA-graph replays in interleaved rounds with the caches rotated (bigger than
@@ -43,7 +44,7 @@ import torch
 from common.build import call_extension
 from common.checks import Check, check_raises
 from common.graphs import capture_graph, graph_per_call_timer
-from common.harness import gpu_group
+from common.harness import env_setting, gpu_group
 from common.timing import interleaved_medians, measure_copy_bandwidth
 from common.variants import Variant, check_variant, reference_attention_variant
 from task5 import attention as attention_module
@@ -229,6 +230,11 @@ MMA_SWEEP = [
     (2, 8, 2, 1, 333, 128, "mask-float", "softcap sinks scale"),
 ]
 MMA_LONG = [(1, 8, 2, 1, 131072, 128, "causal", "")]
+# Split decodes merged by decode.cu's merge kernel instead of their last block (as when no
+# counters can be had: a graph captured before the first decode).
+MMA_MERGE_KERNEL = [(2, 8, 2, 1, 1023, 128, "causal", ""), (1, 32, 1, 1, 2049, 128, "causal", ""),
+                    (2, 8, 2, 5, 700, 64, "left-window", "sinks nan empty"),
+                    (2, 8, 2, 3, 900, 256, "mask-bool", "softcap")]
 # Through task5.attention.attention (the routing must pick decode_gqa.cu for these).
 MMA_ROUTED = [(2, 8, 2, 1, 1023, 128, "causal", ""), (2, 8, 2, 4, 513, 64, "window", ""),
               (3, 8, 4, 1, 700, 128, "left", "softcap sinks scale")]
@@ -297,8 +303,8 @@ def _run_gqa(q, k, v, variant: Variant, out, num_splits):
                                         variant.scale)
 
 
-def _mma_sweep(cases, gen, device, splits=MMA_SPLITS, dtypes=MMA_DTYPES,
-               routed=False) -> list[Check]:
+def _mma_sweep(cases, gen, device, splits=MMA_SPLITS, dtypes=MMA_DTYPES, routed=False,
+               suffix="") -> list[Check]:
     checks = []
     for b, hq, hkv, sq, sk, d, pattern, options in cases:
         for dname in dtypes:
@@ -309,7 +315,8 @@ def _mma_sweep(cases, gen, device, splits=MMA_SPLITS, dtypes=MMA_DTYPES,
             for num_splits in splits:
                 name = (f"{dname} {'attention()' if routed else 'decode_gqa'} B{b} Hq{hq}/Hkv{hkv} "
                         f"Sq{sq} Sk{sk} D{d}: {variant.describe()}"
-                        f"{f' ({options})' if options else ''}, splits {num_splits or 'auto'}")
+                        f"{f' ({options})' if options else ''}, splits {num_splits or 'auto'}"
+                        f"{suffix}")
                 if routed:
                     if not attention_module._gqa_kernel_applies(q, k):
                         checks.append(Check(name, False, "task5.attention does not route this "
@@ -360,6 +367,9 @@ def gqa_mma_group(args=None):
     checks = _mma_sweep(MMA_SWEEP, gen, device)
     checks += _mma_sweep(MMA_LONG, gen, device, splits=(None,), dtypes=("fp16",))
     checks += _mma_sweep(MMA_ROUTED, gen, device, splits=(None,), routed=True)
+    with env_setting("ATTN_DECODE_COMBINE_KERNEL", "1"):
+        checks += _mma_sweep(MMA_MERGE_KERNEL, gen, device, splits=(None, 5),
+                             suffix=" [merge kernel]")
     checks += _graph_checks(gen, device)
     ext = attention_module._ext()
     strict = (ValueError, TypeError)
