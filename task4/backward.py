@@ -24,9 +24,9 @@ masks, key lengths and left padding, softcap, sinks and scale. A mask or sinks t
 raise a sentence: their gradients are not implemented. The backward is deterministic (no
 atomics): two runs give bit-identical gradients.
 
-On a CPU these operators have no kernel; tests/test_task4_backward.py replaces the two kernel
-calls below (`kernel_forward`, `kernel_backward`) with task 3's PyTorch version to check the
-plumbing there.
+On a CPU these operators have no kernel; tests/test_task4_backward.py stands task 3's
+PyTorch version (task3/flash_backward.py) in for the extension's three entries that
+`kernel_forward` and `kernel_backward` call, to check the plumbing there.
 """
 
 import torch
