@@ -242,7 +242,8 @@ def _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths, l
 # before memory bandwidth (Results.md has both).
 TENSOR_CORE_DECODE = True       # False: always the CUDA-core grouped kernel (tests run both)
 GQA_DECODE_KERNEL = True        # False: the path before decode_gqa.cu (below), for A/B timing
-GQA_MIN_GROUP = 2               # MHA (one query head per KV head) is the course kernel's job
+GQA_MIN_GROUP = 2               # MHA (one query head per KV head) stays on the course kernel
+                                # and the CUDA-core grouped kernel (1: here too, for A/B)
 GQA_MAX_QUERY_ROWS = 16         # S_q per sequence: speculative decoding's few rows
 GQA_MAX_HEAD_DIM = 256          # its widest instantiation (the arguments' checks still say 128)
 

@@ -33,16 +33,21 @@
 // registers (head dim <= 128; 256 re-reads them from shared memory with ldmatrix, its O
 // accumulator alone fills 128 registers) and an m16 x D fp32 O accumulator, and computes
 // S = Q K^T (ldmatrix), the online softmax over the quad of lanes that share a row, and
-// O += P V (ldmatrix.trans) exactly as task 4's kernel does (its PTX wrappers and swizzled
-// shared-memory layout are reused from task4/flash_attention_mma.cuh). A warp's key tile is
-// kTileKeys = 16 keys (32 at head dim 64): 8 KB of K and V at head dim 128, so one stage is
-// one 8 KB burst per warp and the 4-stage ring holds 24 KB in flight per warp, 96 KB per
-// block of 132 KB shared memory: one block per SM keeps far more than the bandwidth-latency
-// product (~25 KB per SM on an H100) in flight. Why per-warp rings rather than one ring per
-// block or a producer warp: a decode tile's compute is tiny (32 mma per warp per tile), so a
-// warp that issues its own copies loses nothing to a dedicated producer, and private rings
-// need only __syncwarp, never a block barrier in the key loop, so no warp waits for another's
-// memory latency. Head dim 256 uses 3 stages (16 KB per warp stage; 200 KB in all).
+// O += P V (ldmatrix.trans) as task 4's kernel does (its PTX wrappers and swizzled
+// shared-memory layout are reused from task4/flash_attention_mma.cuh), with one difference:
+// P is split into a 16-bit part and the 16-bit rounding of its remainder, two mma each, so
+// that P carries ~16 bits instead of bf16's 8. The rounding of P alone had put the rows of
+// task 4's kernel above FlashAttention-2's bound (2 x PyTorch's error) in a bf16 MQA case;
+// the extra tensor-core work is free in a decode, which waits for memory. A warp's key tile
+// is kTileKeys = 16 keys (32 at head dim 64): 8 KB of K and V at head dim 128, so one stage
+// is one 8 KB burst per warp and the 4-stage ring holds 24 KB in flight per warp, 96 KB per
+// block of 132 KB shared memory: one block per SM keeps several times the bandwidth-latency
+// product in flight (nominally ~3 TB/s over 132 SMs times ~1 us of loaded latency: ~25 KB).
+// Why per-warp rings rather than one ring per block or a producer warp: a decode tile's
+// compute is tiny (48 mma per warp per tile at head dim 128), so a warp that issues its own
+// copies loses nothing to a dedicated producer, and private rings need only __syncwarp,
+// never a block barrier in the key loop, so no warp waits for another's memory latency.
+// Head dim 256 uses 3 stages (16 KB per warp stage; 200 KB in all).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
@@ -52,8 +57,10 @@
 // window), never on lengths read on the device.
 //
 // Where it runs (task5/attention.py, _decode_grouped_routed and attention): fp16/bf16 decode
-// with G >= 2 and S_q <= 16, every variant. MHA (G = 1) stays on the course kernel's path,
-// fp32 on the CUDA-core grouped kernel (decode_grouped.cu).
+// with G >= 2 and S_q <= 16, every variant. MHA (G = 1; the kernel takes it, and the tests
+// run it) stays where it was, on the course kernel or the CUDA-core grouped kernel, until a
+// measurement shows this one is not slower there (GQA_MIN_GROUP = 1 routes it here); fp32
+// stays on the CUDA-core grouped kernel (decode_grouped.cu).
 //
 // Measured speed (us, the fraction of copy bandwidth, against SDPA with enable_gqa, as
 // CUDA-graph replays with the caches rotated beyond L2, and each variant's bandwidth against
@@ -71,6 +78,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 // mma.sync and its element types (ElementOps), ldmatrix, cp.async, exp2_approx and the swizzled
@@ -151,6 +159,19 @@ struct GqaParams {
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
 };
+
+// (x, y) minus their 16-bit rounding `packed` (Ops::pack), rounded to 16 bits: P = the two
+// packs to ~16 bits (the subtraction is exact in fp32).
+template <typename Element>
+__device__ __forceinline__ uint32_t pack_remainder(float x, float y, uint32_t packed) {
+  float2 rounded;
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    rounded = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed));
+  } else {
+    rounded = __half22float2(*reinterpret_cast<const __half2*>(&packed));
+  }
+  return mma_attn::ElementOps<Element>::pack(x - rounded.x, y - rounded.y);
+}
 
 // Row r's elements d0 .. d0 + 7 of sequence b's output (KV head kv), in q's dtype.
 template <typename Element>
@@ -375,15 +396,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   // This lane's ldmatrix addresses within a K or V tile (see task 4's LaneAddresses).
   const uint32_t k_lane = Smem::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
   const uint32_t v_lane = Smem::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
-  // This lane's two rows (lane / 4 and lane / 4 + 8 of the tile): query index and query head,
-  // for the elementwise predicate. Padding rows borrow the last real row's (never written).
-  int row_query[2], row_head[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = min(row0 + (lane >> 2) + 8 * hh, p.rows - 1);
-    row_query[hh] = r / p.group;
-    row_head[hh] = kv * p.group + r % p.group;
-  }
 
   float o[kDTiles][4];
   float row_max[2] = {-INFINITY, -INFINITY};  // raw scores
@@ -440,12 +452,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
       const int col0 = key0 + 2 * (lane & 3);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const attn::KeyMask<true> mask(p.mask, b, row_head[hh]);
+        // This lane's row (lane / 4 or lane / 4 + 8 of the tile): its query and query head.
+        // Padding rows borrow the last real row's (their outputs are never written).
+        const int r = min(row0 + (lane >> 2) + 8 * hh, p.rows - 1);
+        const attn::KeyMask<true> mask(p.mask, b, kv * p.group + r % p.group);
+        const int query = r / p.group;
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e)
-            s[j][2 * hh + e] = mask.apply(s[j][2 * hh + e], row_query[hh], col0 + j * 8 + e);
+            s[j][2 * hh + e] = mask.apply(s[j][2 * hh + e], query, col0 + j * 8 + e);
       }
     }
 
@@ -478,20 +494,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
       }
     }
 
-    // ---- O += P V: P's accumulators, rounded pairwise, are the A fragments ----
+    // ---- O += P V: P's accumulators, rounded pairwise, are the A fragments; the rounding's
+    // remainder, rounded again, is a second A fragment (see the top of the file) ----
 #pragma unroll
     for (int kk = 0; kk < kPVSteps; ++kk) {
-      uint32_t a[4];
-      a[0] = Ops::pack(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = Ops::pack(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = Ops::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = Ops::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t a[4], a_rest[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float* pair = &s[2 * kk + (r >> 1)][2 * (r & 1)];  // a0 a1 a2 a3: see task 4
+        a[r] = Ops::pack(pair[0], pair[1]);
+        a_rest[r] = pack_remainder<Element>(pair[0], pair[1], a[r]);
+      }
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t bv[4];  // b0 b1 of d tile 2 dp, then of 2 dp + 1
         ldmatrix_x4_trans(bv, Smem::pair_step(v_tile + v_lane, dp) + kk * kRows16);
         Ops::mma(o[2 * dp], a, bv[0], bv[1]);
         Ops::mma(o[2 * dp + 1], a, bv[2], bv[3]);
+        Ops::mma(o[2 * dp], a_rest, bv[0], bv[1]);
+        Ops::mma(o[2 * dp + 1], a_rest, bv[2], bv[3]);
       }
     }
     __syncwarp();  // every lane has read this stage before it is refilled
