@@ -173,6 +173,13 @@ __device__ __forceinline__ uint32_t pack_remainder(float x, float y, uint32_t pa
   return mma_attn::ElementOps<Element>::pack(x - rounded.x, y - rounded.y);
 }
 
+// val += w * (lo, hi): 8 consecutive elements of a row, weighted (the merges of warps and splits).
+__device__ __forceinline__ void add_weighted(float (&val)[8], float w, float4 lo, float4 hi) {
+  const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) val[e] = fmaf(w, x[e], val[e]);
+}
+
 // Row r's elements d0 .. d0 + 7 of sequence b's output (KV head kv), in q's dtype.
 template <typename Element>
 __device__ __forceinline__ void store_output(const GqaParams& p, int64_t b, int kv, int r, int d0,
@@ -243,16 +250,8 @@ __device__ __forceinline__ void merge_in_last_block(const GqaParams& p) {
     const float* src = p.partial + (first + rr) * p.head_dim + d0;
     for (int s = 0; s < p.num_splits; ++s) {
       const float w = smem[rr * p.num_splits + s];
-      const float4 lo = __ldcg(reinterpret_cast<const float4*>(src));
-      const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + 4));
-      val[0] = fmaf(w, lo.x, val[0]);
-      val[1] = fmaf(w, lo.y, val[1]);
-      val[2] = fmaf(w, lo.z, val[2]);
-      val[3] = fmaf(w, lo.w, val[3]);
-      val[4] = fmaf(w, hi.x, val[4]);
-      val[5] = fmaf(w, hi.y, val[5]);
-      val[6] = fmaf(w, hi.z, val[6]);
-      val[7] = fmaf(w, hi.w, val[7]);
+      add_weighted(val, w, __ldcg(reinterpret_cast<const float4*>(src)),
+                   __ldcg(reinterpret_cast<const float4*>(src + 4)));
       src += static_cast<int64_t>(p.rows) * p.head_dim;  // the next split's row
     }
 #pragma unroll
@@ -582,16 +581,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
       const float weight = warp_weight[w][rr];
       const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
                          rr * Cfg::kScratchStride + d0;
-      const float4 lo = *reinterpret_cast<const float4*>(src);
-      const float4 hi = *reinterpret_cast<const float4*>(src + 4);
-      val[0] = fmaf(weight, lo.x, val[0]);
-      val[1] = fmaf(weight, lo.y, val[1]);
-      val[2] = fmaf(weight, lo.z, val[2]);
-      val[3] = fmaf(weight, lo.w, val[3]);
-      val[4] = fmaf(weight, hi.x, val[4]);
-      val[5] = fmaf(weight, hi.y, val[5]);
-      val[6] = fmaf(weight, hi.z, val[6]);
-      val[7] = fmaf(weight, hi.w, val[7]);
+      add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
+                   *reinterpret_cast<const float4*>(src + 4));
     }
     const int r = row0 + rr;
     if (p.num_splits == 1) {
