@@ -44,7 +44,12 @@ def pytest_cmdline_main(config):
             or getattr(config.option, "numprocesses", 0) is not None
             or config.option.collectonly or not _cuda_available()):
         return None
+    # All three: xdist reads `dist` and `tx` (not numprocesses) when it starts the workers,
+    # and its own pytest_cmdline_main, which derives them from -n, has run by now.
     config.option.numprocesses = GPU_WORKERS
+    if config.option.dist == "no":
+        config.option.dist = "load"
+    config.option.tx = ["popen"] * GPU_WORKERS
     # One test at a time to each worker, in the order pytest_collection_modifyitems leaves
     # (the long ones first): in chunks, the first worker would get every long test.
     if getattr(config.option, "maxschedchunk", None) is None:

@@ -45,3 +45,29 @@ def test_untimed_tests_share_and_a_timed_test_waits_then_is_alone(tmp_path, monk
     assert r1[0] < r0[1] and r0[0] < r1[1], "the untimed tests ran side by side"
     assert t_start >= max(r0[1], r1[1]) - 1e-3, "the timed test waited for the running ones"
     assert late_start >= t_end - 1e-3, "a test that came while it waited ran after it"
+
+
+def test_on_a_gpu_machine_the_suite_really_runs_on_workers(tmp_path):
+    """conftest.pytest_cmdline_main, as it acts on a GPU machine, must start pytest-xdist's
+    workers: setting `numprocesses` alone, after xdist has read its options, ran everything in
+    one process while looking parallel. A tiny suite with that hook (the GPU check forced on)
+    must run its test in a worker."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo_conftest = Path(conftest.__file__).resolve()
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('repo_conftest', {str(repo_conftest)!r})\n"
+        "repo = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(repo)\n"
+        "repo._cuda_available = lambda: True\n"
+        "pytest_cmdline_main = repo.pytest_cmdline_main\n")
+    (tmp_path / "test_worker.py").write_text(
+        "import os\n\n\ndef test_in_a_worker():\n"
+        "    assert os.environ.get('PYTEST_XDIST_WORKER', '').startswith('gw')\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
