@@ -79,9 +79,23 @@ def load(path: Path) -> dict:
 
 def record(metrics: dict[str, float] | None = None, texts: dict[str, str] | None = None,
            path: Path | None = None) -> Path:
-    """Merge measured figures into results/<gpu>.json under this run's meta; return the path."""
+    """Merge measured figures into results/<gpu>.json under this run's meta; return the path.
+
+    Under a lock, written whole then renamed: the GPU suite's workers record side by side, and
+    an unlocked read-modify-write would lose one's figures or read the other's half-written file."""
+    import fcntl
+
     path = path or results_path()
     path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _record_locked(path, metrics, texts)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _record_locked(path: Path, metrics, texts) -> Path:
     data = load(path)
     meta = run_meta()
     if not data["runs"] or data["runs"][-1] != meta:
@@ -94,7 +108,9 @@ def record(metrics: dict[str, float] | None = None, texts: dict[str, str] | None
     for name, text in (texts or {}).items():
         data["texts"][name] = str(text)
         data["metric_run"][name] = run_index
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    partial = path.with_name(path.name + f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    partial.replace(path)
     return path
 
 
