@@ -1510,16 +1510,7 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                                      std::optional<double> softcap,
                                      std::optional<torch::Tensor> sinks) {
   // ---- validation: the same messages as the mma.sync kernel, then what only this one needs ----
-  attn::check_cuda_tensor(q, "q");
-  attn::check_cuda_tensor(k, "k");
-  attn::check_cuda_tensor(v, "v");
-  attn::check_dtype(q, "q", {torch::kHalf, torch::kBFloat16});
-  attn::check_same(q, "q", k, "k");
-  attn::check_same(q, "q", v, "v");
-  attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
-  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
-  attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
-  const int kv_group = attn::check_qkv_shapes(q, k, v);
+  const int kv_group = attn::check_half_qkv(q, k, v);
   TORCH_CHECK_VALUE(version >= 1 && version <= 6, attn::str("version must be 1 (wgmma, cp.async), 2 (TMA + "
                     "mbarrier pipeline), 3 (warp-specialized), 4 (+ softmax overlapping P V), 5 "
                     "(+ the consumers' turns) or 6 (5 with three consumers, head_dim 64) but is ",

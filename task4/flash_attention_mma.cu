@@ -87,16 +87,7 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
                                   std::optional<torch::Tensor> lse, std::optional<double> softcap,
                                   std::optional<torch::Tensor> sinks, std::optional<double> scale) {
   // ---- validation: every bad input raises a Python ValueError / TypeError ----
-  attn::check_cuda_tensor(q, "q");
-  attn::check_cuda_tensor(k, "k");
-  attn::check_cuda_tensor(v, "v");
-  attn::check_dtype(q, "q", {torch::kHalf, torch::kBFloat16});
-  attn::check_same(q, "q", k, "k");
-  attn::check_same(q, "q", v, "v");
-  attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
-  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
-  attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
-  const int kv_group = attn::check_qkv_shapes(q, k, v);
+  const int kv_group = attn::check_half_qkv(q, k, v);
   const int64_t heads = q.size(1), seq = std::max(q.size(2), k.size(2));
   const int64_t head_dim = q.size(3);
   attn::check_head_dim(head_dim);

@@ -679,16 +679,7 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
                                    std::optional<double> softcap, std::optional<torch::Tensor> sinks,
                                    std::optional<double> scale, int64_t num_splits,
                                    std::optional<torch::Tensor> out) {
-  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
-    attn::check_cuda_tensor(*t, name);
-  }
-  attn::check_dtype(q, "q", {torch::kHalf, torch::kBFloat16});
-  attn::check_same(q, "q", k, "k");
-  attn::check_same(q, "q", v, "v");
-  attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
-  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
-  attn::check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
-  const int group = attn::check_qkv_shapes(q, k, v);
+  const int group = attn::check_half_qkv(q, k, v);
   const int64_t batch = q.size(0), heads_q = q.size(1), seq_q = q.size(2), head_dim = q.size(3);
   const int64_t heads_kv = k.size(1), seq_k = k.size(2);
   TORCH_CHECK_VALUE(seq_q >= 1 && seq_q <= kMaxQueryRows, attn::str("the grouped-query decode takes 1 to ",

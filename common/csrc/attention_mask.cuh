@@ -406,4 +406,20 @@ inline int check_qkv_shapes(const torch::Tensor& q, const torch::Tensor& k, cons
   return kv_group_size(q, k);
 }
 
+// The tensor-core entries' arguments (mma.sync, Hopper, the grouped-query decode): q, k, v
+// CUDA tensors of one 16-bit dtype, each [B, H, S, D], shaped as check_qkv_shapes wants.
+// Returns H_q / H_kv.
+inline int check_half_qkv(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  check_cuda_tensor(q, "q");
+  check_cuda_tensor(k, "k");
+  check_cuda_tensor(v, "v");
+  check_dtype(q, "q", {torch::kHalf, torch::kBFloat16});
+  check_same(q, "q", k, "k");
+  check_same(q, "q", v, "v");
+  check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
+  check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
+  check_dim(v, "v", 4, "[batch, kv_heads, seq_k, head_dim]");
+  return check_qkv_shapes(q, k, v);
+}
+
 }  // namespace attn
