@@ -34,9 +34,13 @@ def _cuda_available() -> bool:
 # On a GPU machine the suite runs on GPU_WORKERS pytest-xdist workers (independent tests side
 # by side: compiling, releasing, grading the skeleton, checking kernels) unless -n is given
 # (-n 0: one process). Tests marked `timed` take the GPU for themselves (_gpu_turn): while one
-# runs, no other GPU test does, so what it measures is its own. On a CPU (CI) it is one process.
+# runs, no other GPU test does, so what it measures is its own. They run one after another on
+# one worker (the xdist group TIMED_GROUP), from the start, while the other workers run the
+# long tests that need no GPU (nvcc, the release, the skeleton's builds): timed tests spread over
+# every worker would leave the others waiting for the GPU, idle. On a CPU (CI) it is one process.
 GPU_WORKERS = 4
 GPU_LOCKS = REPO_ROOT / "build" / "pytest_gpu"
+TIMED_GROUP = "gpu-timed"
 
 
 def pytest_cmdline_main(config):
@@ -48,13 +52,20 @@ def pytest_cmdline_main(config):
     # and its own pytest_cmdline_main, which derives them from -n, has run by now.
     config.option.numprocesses = GPU_WORKERS
     if config.option.dist == "no":
-        config.option.dist = "load"
+        # loadgroup: every test is its own unit of work except the timed ones, one unit (the
+        # xdist_group mark pytest_collection_modifyitems gives them), handed out in the order
+        # that hook leaves, not reordered by size (loadscopereorder): the long ones first.
+        config.option.dist = "loadgroup"
+        config.option.loadscopereorder = False
     config.option.tx = ["popen"] * GPU_WORKERS
-    # One test at a time to each worker, in the order pytest_collection_modifyitems leaves
-    # (the long ones first): in chunks, the first worker would get every long test.
-    if getattr(config.option, "maxschedchunk", None) is None:
-        config.option.maxschedchunk = 1
     return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist's workers parse the command line again and never see the `loadgroup` set above; they
+    must know it to add the group to the timed tests' ids (pytest_collection_modifyitems)."""
+    node.workerinput["timed_group"] = node.config.option.dist == "loadgroup"
 
 
 @contextlib.contextmanager
@@ -115,18 +126,27 @@ def pytest_sessionstart(session):
 
 
 def _start_order(item) -> int:
-    """On a GPU: long tests that spend most of their time off the GPU (building the skeleton,
-    compiling every source) first, then the timed ones (they take the GPU for themselves,
-    while those builds keep the CPUs busy), then everything else: the suite ends when its
-    longest test does, so the longest start first."""
-    if "slow" in item.keywords and "timed" not in item.keywords:
+    """On a GPU: the timed tests first (one worker takes them all, one after another: they have
+    the GPU to themselves), beside them the long tests that spend most of their time off the
+    GPU (compiling every source, building the skeleton), then the long GPU tests, then the
+    rest: the suite ends when its longest test does, so the longest start first."""
+    if "timed" in item.keywords:
         return 0
-    return 1 if "timed" in item.keywords else 2
+    off_gpu = "gpu" not in item.keywords or "gpu_turn_inside" in item.keywords
+    if "slow" in item.keywords:
+        return 1 if off_gpu else 2
+    return 3
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which reads the group marks
 def pytest_collection_modifyitems(config, items):
     if _cuda_available():
         items.sort(key=_start_order)  # stable: each group keeps its collection order
+        if getattr(config, "workerinput", {}).get("timed_group"):
+            config.option.loadgroup = True  # read by xdist's own hook, which runs after this one
+            for item in items:
+                if "timed" in item.keywords:
+                    item.add_marker(pytest.mark.xdist_group(TIMED_GROUP))
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA; none is visible to torch here")
     for item in items:

@@ -50,8 +50,8 @@ def test_untimed_tests_share_and_a_timed_test_waits_then_is_alone(tmp_path, monk
 def test_on_a_gpu_machine_the_suite_really_runs_on_workers(tmp_path):
     """conftest.pytest_cmdline_main, as it acts on a GPU machine, must start pytest-xdist's
     workers: setting `numprocesses` alone, after xdist has read its options, ran everything in
-    one process while looking parallel. A tiny suite with that hook (the GPU check forced on)
-    must run its test in a worker."""
+    one process while looking parallel. A tiny suite with the repository's hooks (the GPU check
+    forced on) must run its tests in workers, the timed ones all in one worker, in order."""
     import subprocess
     import sys
     from pathlib import Path
@@ -63,11 +63,24 @@ def test_on_a_gpu_machine_the_suite_really_runs_on_workers(tmp_path):
         "repo = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(repo)\n"
         "repo._cuda_available = lambda: True\n"
-        "pytest_cmdline_main = repo.pytest_cmdline_main\n")
+        "pytest_cmdline_main = repo.pytest_cmdline_main\n"
+        "pytest_collection_modifyitems = repo.pytest_collection_modifyitems\n"
+        "pytest_configure_node = repo.pytest_configure_node\n")
+    log = tmp_path / "timed.log"
+    timed = "".join(
+        f"\n\n@pytest.mark.timed\ndef test_timed_{i}():\n"
+        f"    with open({str(log)!r}, 'a') as f:\n"
+        f"        f.write('{i} ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+        for i in range(4))
     (tmp_path / "test_worker.py").write_text(
-        "import os\n\n\ndef test_in_a_worker():\n"
-        "    assert os.environ.get('PYTEST_XDIST_WORKER', '').startswith('gw')\n")
+        "import os\n\nimport pytest\n\n\n"
+        + "".join(f"def test_untimed_{i}():\n    pass\n\n\n" for i in range(6))
+        + "def test_in_a_worker():\n"
+        "    assert os.environ.get('PYTEST_XDIST_WORKER', '').startswith('gw')\n" + timed)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+                           "-W", "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    runs = [line.split() for line in log.read_text().splitlines()]
+    assert [int(i) for i, _ in runs] == [0, 1, 2, 3], runs
+    assert len({worker for _, worker in runs}) == 1, f"timed tests on several workers: {runs}"

@@ -283,6 +283,7 @@ gpu = pytest.mark.gpu
 
 
 @gpu
+@pytest.mark.slow
 @pytest.mark.parametrize("group", ["variants-small", "variants", "variants-inputs", "strided"])
 def test_prefill_variants(group):
     from task4.variants_checks import GROUPS
@@ -292,6 +293,7 @@ def test_prefill_variants(group):
 
 
 @gpu
+@pytest.mark.slow
 @pytest.mark.parametrize("group", ["gqa-small", "gqa", "gqa-mma"])
 def test_decode_variants(group):
     from task5.variants_checks import GROUPS
