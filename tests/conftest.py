@@ -128,14 +128,16 @@ def pytest_sessionstart(session):
 def _start_order(item) -> int:
     """On a GPU: the timed tests first (one worker takes them all, one after another: they have
     the GPU to themselves), beside them the long tests that spend most of their time off the
-    GPU (compiling every source, building the skeleton), then the long GPU tests, then the
-    rest: the suite ends when its longest test does, so the longest start first."""
+    GPU (building the skeleton's extensions and then running them, the longest of all; then
+    compiling every source), then the long GPU tests, then the rest: the suite ends when its
+    longest test does, so the longest start first."""
     if "timed" in item.keywords:
         return 0
-    off_gpu = "gpu" not in item.keywords or "gpu_turn_inside" in item.keywords
-    if "slow" in item.keywords:
-        return 1 if off_gpu else 2
-    return 3
+    if "slow" not in item.keywords:
+        return 4
+    if "gpu_turn_inside" in item.keywords:
+        return 1
+    return 2 if "gpu" not in item.keywords else 3
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook, which reads the group marks
