@@ -126,7 +126,7 @@ using Params = mma_attn::Params;  // the same parameters as the mma.sync kernel
 // Tile configuration
 // ---------------------------------------------------------------------------------------
 
-template <int kHeadDim_, int kVersion_, bool kGeneral_ = false>
+template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kVersion = kVersion_;
@@ -134,6 +134,10 @@ struct Tile {
   // diagonal: the dense kernels), true = KeyMask<true> (windows, key lengths, masks, strides)
   // plus the softcap and the sinks.
   static constexpr bool kGeneral = kGeneral_;
+  // The softcap (Gemma-2) is its own instantiation of the general v5: its 64 tanh per thread
+  // and tile, inlined in the key loop of every general kernel, cost the kernels that never
+  // use it 5-7% (Results.md, "The Hopper kernel on the variants").
+  static constexpr bool kSoftcap = kSoftcap_;
   static constexpr bool kTma = kVersion >= 2;
   static constexpr bool kWarpSpecialized = kVersion >= 3;
   static constexpr bool kIntraOverlap = kVersion >= 4;  // softmax[j] overlaps P[j-1] V[j-1]
@@ -164,6 +168,7 @@ struct Tile {
                 "the warpgroups' registers fit the register file");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
   static_assert(kVersion < 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
+  static_assert(!kSoftcap || (kGeneral && kVersion == 5), "the softcap runs on the general v5");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles stay 1024-byte aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H100 CTA's shared memory");
 };
@@ -937,16 +942,23 @@ __device__ __forceinline__ CtaWork cta_work(const Params& p) {
 // What a tile's scores need before the softmax: the softcap (Gemma-2; every tile, before a
 // mask's bias, general instantiation only) and the mask, on the tiles that need it (a uniform
 // branch: tiles inside [unmasked_begin, unmasked_end) skip the per-element predicate).
+// c * tanh(s / c) with the hardware's tanh (one MUFU instruction, relative error about 2^-11,
+// as FlashAttention-2/3's softcap, cutlass::fast_tanh): the scores become 16-bit P right after,
+// and tanhf's ~20 instructions per score cost more than the rest of the tile's softmax.
+__device__ __forceinline__ float softcap_score_fast(float score, const attn::MaskParams& m) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(score * static_cast<float>(m.softcap_inv)));
+  return static_cast<float>(m.softcap) * t;
+}
+
 template <typename Cfg>
 __device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], const Params& p,
                                                const CtaWork& w,
                                                const attn::KeyMask<Cfg::kGeneral>& mask,
                                                int n_block, int row0, int col_in_tile) {
-  if constexpr (Cfg::kGeneral) {
-    if (p.mask.softcap > 0.0) {
+  if constexpr (Cfg::kSoftcap) {
 #pragma unroll
-      for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = attn::softcap_score(s[i], p.mask);
-    }
+    for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = softcap_score_fast(s[i], p.mask);
   }
   if (!w.needs_mask(n_block)) return;
   if constexpr (Cfg::kGeneral) {
@@ -1477,9 +1489,12 @@ void dispatch_version(const hopper_attn::Params& p, const torch::Tensor& q, cons
 // The general predicate (windows, key lengths, softcap, sinks) is instantiated for
 // the versions flash_attention routes to: 2, and 5 (which also takes v6's calls: v6's
 // 160-register consumers would spill the predicate's state, ptxas says, where v5's 240 hold it).
+// A softcap runs on v5's softcap instantiation, whichever of them was asked for.
 template <typename Element, int kHeadDim>
 void dispatch_general(const hopper_attn::Params& p, const torch::Tensor& q, const torch::Tensor& k,
                       const torch::Tensor& v, int64_t version, cudaStream_t stream) {
+  if (p.mask.softcap > 0.0)
+    return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5, true, true>>(p, q, k, v, stream);
   if (version == 2) return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 2, true>>(p, q, k, v, stream);
   return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5, true>>(p, q, k, v, stream);
 }
