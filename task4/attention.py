@@ -115,15 +115,17 @@ def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_le
 
 
 # The Hopper kernel (task4/flash_attention_hopper.cu) for fp16/bf16 on an H100 or H200, at
-# the rung of its ladder that measured fastest for the head_dim and mask (Results.md, "The
-# Hopper kernel"; at 64 the causal mask wastes more of v6's 192-row tiles on the diagonal),
+# the rung of its ladder that measured fastest for the dtype, head_dim, mask and key length
+# (task4.hopper.routed_version: a table `python -m task4.hopper_ladder --routing` measures and
+# writes; where it has no entry, HOPPER_VERSION below: at 64 the causal mask wastes more of
+# v6's 192-row tiles on the diagonal),
 # with windows, key lengths, softcap, sinks and a scale (its general predicate); what it does
 # not take (a mask tensor or a stride, other head dims, other GPUs, strides the TMA refuses, a
 # failed build, a kernel that is not written yet) stays on the mma.sync kernel. On
 # by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`) keeps fp16/bf16 on
 # the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
-# (head_dim, causal) -> version
+# (head_dim, causal) -> version, where the measured routing table has no entry
 HOPPER_VERSION = {(64, False): 6, (64, True): 2, (128, False): 5, (128, True): 5}
 
 
@@ -142,10 +144,13 @@ def _hopper_version(q, k, v, causal, out, stride=1, mask=None) -> int | None:
     """The Hopper kernel's version to run these inputs on, or None for the mma.sync kernel."""
     if not HOPPER_PREFILL or not isinstance(q, torch.Tensor) or q.dtype not in HALF_DTYPES:
         return None
-    version = HOPPER_VERSION.get((q.shape[-1], bool(causal)))
+    from task4 import hopper
+
+    version = hopper.routed_version(q.dtype, q.shape[-1], bool(causal), k.shape[-2])
+    if version is None:
+        version = HOPPER_VERSION.get((q.shape[-1], bool(causal)))
     if version is None or not _hopper_ready():
         return None
-    from task4 import hopper
 
     return version if hopper.supports(q, k, v, out, stride=stride, mask=mask) else None
 
@@ -174,7 +179,9 @@ def _hopper_probe() -> bool:
                       f"mma.sync kernel: {str(err).splitlines()[0]}", stacklevel=3)
         return False
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for head_dim, version in sorted({(d, v) for (d, _), v in HOPPER_VERSION.items()}):
+    in_use = {(d, v) for (d, _), v in HOPPER_VERSION.items()}
+    in_use |= {(d, v) for d in (64, 128) for v in hopper.ROUTING_VERSIONS if hopper.takes_head_dim(v, d)}
+    for head_dim, version in sorted(in_use):
         q, k, v = (torch.randn(1, 2, 130, head_dim, device="cuda", generator=gen).half()
                    for _ in range(3))
         try:

@@ -25,9 +25,11 @@ from __future__ import annotations
 if not __package__:  # run as a file, where `common` cannot be imported
     raise SystemExit("Run this from the repository root as a module: python -m task4.hopper")
 
+import json
 import os
 import sys
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 
@@ -103,6 +105,42 @@ def _load_for_arch(name: str, sources: list[str], arch: str, verbose: bool = Fal
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
         else:
             os.environ["TORCH_CUDA_ARCH_LIST"] = previous
+
+
+# Routing by measurement: which rung flash_attention runs, per dtype, head_dim, mask and key-length
+# bucket, is what `python -m task4.hopper_ladder --routing` measured fastest on this kind of GPU
+# and wrote to ROUTING_PATH (committed, with the device, torch and commit it came from, and every
+# contender's TFLOP/s). A case the table lacks gets task4.attention's rules.
+ROUTING_PATH = Path(__file__).with_name("hopper_routing.json")
+SEQ_BUCKETS = (512, 1024, 2048, 4096, 8192, 16384)  # S_k up to each; longer keys: the last
+ROUTING_VERSIONS = (2, 5, 6)  # the rungs that take every variant (6 runs a variant as 5)
+DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def seq_bucket(seq_k: int) -> int:
+    return next((b for b in SEQ_BUCKETS if seq_k <= b), SEQ_BUCKETS[-1])
+
+
+def routing_key(dtype_name: str, head_dim: int, causal: bool, bucket: int) -> str:
+    return f"{dtype_name}.d{head_dim}.{'causal' if causal else 'noncausal'}.s{bucket}"
+
+
+@lru_cache(maxsize=1)
+def routing() -> dict:
+    """The committed routing table ({} when there is none)."""
+    try:
+        return json.loads(ROUTING_PATH.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def routed_version(dtype: torch.dtype, head_dim: int, causal: bool, seq_k: int) -> int | None:
+    """The measured fastest rung for these inputs, or None when the table has no such case."""
+    if dtype not in DTYPE_NAMES:
+        return None
+    version = routing().get("versions", {}).get(
+        routing_key(DTYPE_NAMES[dtype], head_dim, causal, seq_bucket(seq_k)))
+    return int(version) if version is not None and takes_head_dim(int(version), head_dim) else None
 
 
 def supports(q, k, v, out=None, *, stride: int = 1, mask=None) -> bool:

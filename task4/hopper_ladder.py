@@ -2,6 +2,7 @@
 
     python -m task4.hopper_ladder                 # every version, record the figures
     python -m task4.hopper_ladder --versions 5 --no-record
+    python -m task4.hopper_ladder --routing       # measure and write task4/hopper_routing.json
     compute-sanitizer --tool racecheck python -m task4.hopper_ladder --sanitizer-cases 4,5
 
 1. Builds the sm_90a extension (task4/hopper.py).
@@ -20,6 +21,12 @@
    time, halved when causal.
 4. Times task4.attention.flash_attention itself, which picks the version for the head_dim
    and mask (task4.attention.HOPPER_VERSION), the same way.
+5. With --routing (instead of 2-4): the routing table flash_attention reads. For each dtype,
+   head_dim (64, 128), mask and key-length bucket (task4.hopper.SEQ_BUCKETS: S 512 to 16384,
+   a batch of ROUTING_TOKENS // S sequences, 32 heads: every input larger than L2), the rungs
+   that take every variant (task4.hopper.ROUTING_VERSIONS) are timed in turn (3 rounds of 10)
+   and the fastest is written to task4/hopper_routing.json with every rung's TFLOP/s, the
+   device, torch and the commit. Commit that file: it is how the routing is chosen.
 Recorded as task4.hopper.v<N>.<dtype>.<shape>.<mask>.tflops (the ladder),
 task4.hopper.<dtype>.<shape>.<mask>.{tflops,ratio_vs_sdpa_cudnn,version} (flash_attention) and
 task4.hopper.<dtype>.<shape>.<mask>.sdpa_{cudnn,flash}_tflops; Results.md renders them.
@@ -46,6 +53,7 @@ SHAPES = {"b4_h32_s4096_d128": (4, 32, 4096, 128), "b8_h32_s2048_d64": (8, 32, 2
           "b1_h32_s16384_d128": (1, 32, 16384, 128)}
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 MASKS = ("noncausal", "causal")
+ROUTING_ROUNDS = 3
 CHILD_SECONDS = 120  # one version's checks take a few seconds; more is a hang
 ROUNDS = 3           # each case's contenders timed in turn this many times
 
@@ -146,6 +154,42 @@ def time_ladder(versions: list[int], rounds: int = ROUNDS) -> dict[str, dict[str
     return table
 
 
+ROUTING_TOKENS = 32768  # B * S of each routing case
+
+
+def measure_routing(rounds: int = ROUTING_ROUNDS) -> dict:
+    """The routing table (task4/hopper.py's ROUTING_PATH format): {"versions": {key: version},
+    "tflops": {key: {"v<N>": TFLOP/s}}, and where it was measured}."""
+    from common.results import run_meta
+    from common.timing import interleaved_medians, time_cuda
+    from task4 import hopper
+
+    versions, tflops = {}, {}
+    for dtype_name, dtype in DTYPES.items():
+        for head_dim in (64, 128):
+            for bucket in hopper.SEQ_BUCKETS:
+                batch, heads = max(1, ROUTING_TOKENS // bucket), 32
+                q, k, v = (torch.randn(batch, heads, bucket, head_dim, device="cuda", dtype=dtype)
+                           for _ in range(3))
+                for mask in MASKS:
+                    causal = mask == "causal"
+                    flops = 4 * batch * heads * bucket * bucket * head_dim / (2 if causal else 1)
+                    timers = {f"v{n}": (lambda reps, n=n: time_cuda(
+                        lambda: hopper.flash_attention_hopper(q, k, v, causal, n),
+                        warmup=3, repeats=reps).median_ms)
+                        for n in hopper.ROUTING_VERSIONS if hopper.takes_head_dim(n, head_dim)}
+                    ms = interleaved_medians(timers, rounds=rounds, repeats=10)
+                    key = hopper.routing_key(dtype_name, head_dim, causal, bucket)
+                    tflops[key] = {name: flops / (t * 1e-3) / 1e12 for name, t in ms.items()}
+                    best = max(tflops[key], key=tflops[key].get)
+                    versions[key] = int(best[1:])
+                    print(key, " ".join(f"{n} {tf:.0f}" for n, tf in tflops[key].items()),
+                          "->", best, flush=True)
+                del q, k, v
+    return {"_how": "python -m task4.hopper_ladder --routing (task4/hopper_ladder.py's docstring)",
+            "measured": run_meta(), "versions": versions, "tflops": tflops}
+
+
 def metrics_from(table: dict[str, dict[str, float]]) -> dict[str, float]:
     """The results-JSON figures of a time_ladder table."""
     metrics = {}
@@ -168,6 +212,8 @@ def main(argv=None) -> int:
     parser.add_argument("--no-record", action="store_true", help="do not write results/<gpu>.json")
     parser.add_argument("--sanitizer-cases", default=None, metavar="VERSIONS",
                         help="only run small cases of these versions (for compute-sanitizer)")
+    parser.add_argument("--routing", action="store_true",
+                        help="measure the fastest rung per case and write task4/hopper_routing.json")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sanitizer_cases is not None:
@@ -186,6 +232,11 @@ def main(argv=None) -> int:
     start = time.time()
     hopper.load()
     print(f"built in {time.time() - start:.0f} s", flush=True)
+    if args.routing:
+        table = measure_routing()
+        hopper.ROUTING_PATH.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        print(f"[task4] wrote {hopper.ROUTING_PATH} (commit it: flash_attention routes by it)")
+        return 0
     correct = []
     for version in (int(v) for v in args.versions.split(",")):
         try:

@@ -241,11 +241,13 @@ def test_the_ladder_records_every_figure_results_md_shows():
 
 def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     """With HOPPER_PREFILL on, fp16/bf16 inputs the Hopper kernel takes go to it, at the
-    version chosen for their head_dim and mask; anything else (fp32, head_dim 96, a kernel that says
-    no, no Hopper GPU) stays on the mma.sync path. Fakes stand in for the GPU."""
+    version chosen for their head_dim and mask (here task4.attention's rules: the measured table
+    is tested below); anything else (fp32, head_dim 96, a kernel that says no, no Hopper GPU)
+    stays on the mma.sync path. Fakes stand in for the GPU."""
     from task4 import attention, hopper
 
     calls = []
+    monkeypatch.setattr(hopper, "routing", lambda: {})
     monkeypatch.setattr(attention, "HOPPER_PREFILL", True)
     monkeypatch.setattr(attention, "_hopper_ready", lambda: True)
     monkeypatch.setattr(hopper, "supports", lambda q, *a, **kw: q.shape[2] != 5)
@@ -306,3 +308,37 @@ def test_without_a_hopper_gpu_the_routing_never_builds_it(monkeypatch):
         assert attention._hopper_ready() is False
     finally:
         attention._hopper_probe.cache_clear()
+
+
+def test_the_routing_table_is_measured_and_covers_every_case(monkeypatch):
+    """task4/hopper_routing.json (written by `python -m task4.hopper_ladder --routing`) names the
+    GPU it was measured on and, for every dtype, head_dim, mask and key-length bucket, a rung
+    that takes the head_dim and is the fastest of the TFLOP/s it lists; flash_attention routes by
+    it, bucketing S_k up to each bound (longer keys: the last)."""
+    from task4 import attention, hopper
+
+    table = hopper.routing()
+    assert table, f"{hopper.ROUTING_PATH} is missing: run python -m task4.hopper_ladder --routing"
+    assert table["measured"]["device"] not in (None, "cpu") and table["measured"]["commit"]
+    for dtype in ("fp16", "bf16"):
+        for head_dim in (64, 128):
+            for causal in (False, True):
+                for bucket in hopper.SEQ_BUCKETS:
+                    key = hopper.routing_key(dtype, head_dim, causal, bucket)
+                    version, tflops = table["versions"][key], table["tflops"][key]
+                    assert version in hopper.ROUTING_VERSIONS and hopper.takes_head_dim(version, head_dim)
+                    assert tflops[f"v{version}"] == max(tflops.values()), key
+    assert [hopper.seq_bucket(s) for s in (1, 512, 513, 16384, 100000)] == [512, 512, 1024, 16384, 16384]
+    fake = {"versions": {hopper.routing_key("bf16", 128, True, 2048): 2}}
+    monkeypatch.setattr(hopper, "routing", lambda: fake)
+    assert hopper.routed_version(torch.bfloat16, 128, True, 1500) == 2
+    assert hopper.routed_version(torch.float16, 128, True, 1500) is None   # not in the table
+    assert hopper.routed_version(torch.float32, 128, True, 1500) is None
+    monkeypatch.setattr(attention, "HOPPER_PREFILL", True)
+    monkeypatch.setattr(attention, "_hopper_ready", lambda: True)
+    monkeypatch.setattr(hopper, "supports", lambda *a, **kw: True)
+    q = torch.zeros(1, 2, 7, 128, dtype=torch.bfloat16)
+    k = torch.zeros(1, 2, 1500, 128, dtype=torch.bfloat16)
+    assert attention._hopper_version(q, k, k, True, None) == 2            # by the table, S_k's bucket
+    assert attention._hopper_version(q.half(), k.half(), k.half(), True, None) == \
+        attention.HOPPER_VERSION[(128, True)]                              # by the rules
