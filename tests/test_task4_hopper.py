@@ -225,7 +225,7 @@ def test_the_ladder_records_every_figure_results_md_shows():
     table = {f"{dtype}.{shape}.{mask}": {"cudnn": 600.0, "fa2": 300.0, "dispatched": 540.0,
                                          "version": 5.0,
                                          **{f"v{v}": 100.0 * v for v in manifest.HOPPER_VERSIONS
-                                            if manifest.hopper_takes_head_dim(v, hopper_ladder.SHAPES[shape][3])}}
+                                            if manifest.hopper_takes_head_dim(v, hopper_ladder.SHAPES[shape][-1])}}
              for dtype in hopper_ladder.DTYPES for shape in hopper_ladder.SHAPES
              for mask in hopper_ladder.MASKS}
     recorded = hopper_ladder.metrics_from(table)
