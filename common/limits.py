@@ -2,12 +2,15 @@
 
 Python code checks against these constants (`supports`, `check_head_dim`, the fused decode
 wrappers' fallbacks), and `common.build` passes the same values to every extension build as
--D defines (`-DATTN_MAX_HEAD_DIM=128 -DATTN_HEAD_DIM_MULTIPLE=8 ...`, nvcc and the C++
+-D defines (`-DATTN_MAX_HEAD_DIM=256 -DATTN_HEAD_DIM_MULTIPLE=8 ...`, nvcc and the C++
 compiler alike; `common.tools.compile_check` too), so a kernel uses the macros, never a
 literal of its own.
 
-The reasons: head_dim <= 128 sizes the attention kernels' registers and shared memory (one
-128-wide row per thread group); a multiple of 8 keeps every row 16-byte aligned for fp16/bf16
+The reasons: head_dim <= 256 sizes the attention kernels' registers and shared memory; each
+kernel instantiates a separate tile configuration for head dims above 128 (fewer query rows per
+block, or fewer pipeline stages), chosen at dispatch, so head dims up to 128 keep the tiles they
+had. The backward kernels (task4/flash_backward.cu) take head dims up to BACKWARD_MAX_HEAD_DIM
+only. A multiple of 8 keeps every row 16-byte aligned for fp16/bf16
 vector loads (8 halves) and the tensor-core fragments whole. decode_linear keeps a
 [rows][4] accumulator per lane in registers, one template instance per row count, so it takes
 at most DECODE_LINEAR_MAX_ROWS rows (a decode step's batch). The norm kernel holds a row in
@@ -17,7 +20,8 @@ NORM_MAX_THREADS: longer rows fall back to PyTorch.
 
 from __future__ import annotations
 
-MAX_HEAD_DIM = 128
+MAX_HEAD_DIM = 256
+BACKWARD_MAX_HEAD_DIM = 128       # task4/flash_backward.cu's widest tile
 HEAD_DIM_MULTIPLE = 8
 DECODE_LINEAR_MAX_ROWS = 8          # task5/decode_linear.cu (and decode_swiglu)
 DECODE_LINEAR_K_SPLITS = (1, 2, 4)  # its warps per row along K (divisors of a block's 4 warps)
@@ -27,13 +31,14 @@ NORM_MAX_PIECES = NORM_MAX_THREADS * NORM_MAX_PIECES_PER_THREAD   # 16-byte piec
 
 # The preprocessor names the extensions see, and their values.
 DEFINES = {"ATTN_MAX_HEAD_DIM": MAX_HEAD_DIM, "ATTN_HEAD_DIM_MULTIPLE": HEAD_DIM_MULTIPLE,
+           "ATTN_BACKWARD_MAX_HEAD_DIM": BACKWARD_MAX_HEAD_DIM,
            "ATTN_DECODE_LINEAR_MAX_ROWS": DECODE_LINEAR_MAX_ROWS,
            "ATTN_NORM_MAX_THREADS": NORM_MAX_THREADS,
            "ATTN_NORM_MAX_PIECES_PER_THREAD": NORM_MAX_PIECES_PER_THREAD}
 
 
 def define_flags() -> list[str]:
-    """['-DATTN_MAX_HEAD_DIM=128', ...] for nvcc and the C++ compiler: one per DEFINES entry."""
+    """['-DATTN_MAX_HEAD_DIM=256', ...] for nvcc and the C++ compiler: one per DEFINES entry."""
     return [f"-D{name}={value}" for name, value in DEFINES.items()]
 
 

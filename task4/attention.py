@@ -55,7 +55,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     """softmax(q k^T / sqrt(head_dim) [+ mask]) v on the fused kernel.
 
     q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D]: CUDA tensors of one dtype, any strides
-    with a contiguous last dimension; head_dim a multiple of 8 up to 128. fp32 runs the
+    with a contiguous last dimension; head_dim a multiple of 8 up to 256. fp32 runs the
     course kernel, fp16 and bf16 the tensor-core kernel. Returns a new contiguous
     [B, H_q, S_q, D] tensor, or writes `out` (same shape and dtype, any strides with a
     contiguous last dimension) and returns it. Bad input raises ValueError or TypeError.

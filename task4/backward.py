@@ -148,6 +148,13 @@ def differentiable_attention(q, k, v, causal=False, out=None, window=None, strid
     """flash_attention whose result has a gradient to q, k and v (arguments already checked
     by common.inputs.check_attention_arguments). `out`, when given, receives the result by a
     copy (the operator itself writes a new tensor), so the gradient flows through it too."""
+    from common.limits import BACKWARD_MAX_HEAD_DIM
+
+    if q.shape[-1] > BACKWARD_MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {q.shape[-1]} needs a gradient, but the attention backward "
+                         f"takes head dims up to {BACKWARD_MAX_HEAD_DIM} (the forward up to 256); "
+                         "run under torch.no_grad(), or compute this attention in PyTorch to "
+                         "train it.")
     for name, t in (("mask", mask), ("sinks", sinks)):
         if isinstance(t, torch.Tensor) and t.requires_grad:
             raise ValueError(f"{name} requires grad, but the attention backward gives gradients "

@@ -47,7 +47,9 @@
 //   1: 4 warps,  64 x 32  (76 KB: two blocks per SM overlap each other's barriers)
 //   2: 8 warps, 128 x 32  (119 KB; shorter key tiles)
 // head_dim is a template too: padded up to 32, 64 or 128, with the padding columns
-// zero-filled on load (so dot products are unchanged) and never written out.
+// zero-filled on load (so dot products are unchanged) and never written out. Head dims above
+// 128 (up to 256) pad to 192 or 256 and run one more tile, 64 x 32 with 2 rows per thread
+// (ConfigWide below), whatever the config asked for.
 //
 // Attention variants (the reference solution's extension, beyond the course): GQA/MQA,
 // S_q != S_k with bottom-right causal, sliding windows, strides, a mask tensor and
@@ -95,6 +97,11 @@ struct TileConfig {
 using Config0 = TileConfig<8, 4, 8>;  // 128 x 64
 using Config1 = TileConfig<4, 4, 4>;  //  64 x 32
 using Config2 = TileConfig<8, 4, 4>;  // 128 x 32
+// Head dims above 128 (padded to 192 or 256): O is 2-4x wider, so a thread holds 2 query rows,
+// not 4 (64 x 32 tiles, 8 warps): the same O registers per thread as config 0 at head_dim 128
+// (2 x 32 floats at 256), and Q 66 KB + K 33 KB + V 32 KB + P 10 KB = 142 KB at 256. Every
+// config request runs it there (ATTN_FP32_CONFIG picks among the tiles up to 128).
+using ConfigWide = TileConfig<8, 2, 4>;  // 64 x 32
 constexpr int kNumConfigs = 3;
 constexpr int kDefaultConfig = 0;
 
@@ -592,7 +599,10 @@ template <class Cfg, bool kGeneral = false>
 KernelChoice choice_for_head_dim(int config, int64_t head_dim) {
   if (head_dim <= 32) return make_choice<Cfg, 32, kGeneral>(config);
   if (head_dim <= 64) return make_choice<Cfg, 64, kGeneral>(config);
-  return make_choice<Cfg, 128, kGeneral>(config);
+  if (head_dim <= 128) return make_choice<Cfg, 128, kGeneral>(config);
+  // Above 128: the wide tile, whatever the config (its registers hold 2 rows, not 4).
+  if (head_dim <= 192) return make_choice<ConfigWide, 192, kGeneral>(config);
+  return make_choice<ConfigWide, 256, kGeneral>(config);
 }
 
 // A pattern beyond causal (window, stride, lengths, a mask tensor) runs the general
@@ -685,7 +695,7 @@ torch::Tensor flash_attention_fp32(torch::Tensor q, torch::Tensor k, torch::Tens
   const int64_t batch = q.size(0), heads = q.size(1), seq = q.size(2), head_dim = q.size(3);
   TORCH_CHECK_VALUE(k.size(2) <= INT32_MAX / 2, attn::str("seq_k ", k.size(2), " must fit in 31 bits."));
   attn::check_head_dim(head_dim);
-  static_assert(attn::kMaxHeadDim <= 128, "choice_for_head_dim pads head dims up to 128");
+  static_assert(attn::kMaxHeadDim <= 256, "choice_for_head_dim pads head dims up to 256");
   TORCH_CHECK_VALUE(batch * heads <= INT32_MAX && seq <= INT32_MAX,
                     attn::str("batch * heads (", batch * heads, ") and seq (", seq,
                     ") must each fit in 32 bits."));

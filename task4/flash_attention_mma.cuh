@@ -134,7 +134,7 @@ struct TileConfig {
   static constexpr int kThreads = kNWarps * 32;
   static constexpr int kRowsPerWarp = kBlockM / kNWarps;
   static constexpr int kMTiles = kRowsPerWarp / 16;  // m16 tiles per warp
-  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 128, "head dims 32, 64, 96, 128");
+  static_assert(kHeadDim % 32 == 0 && kHeadDim <= 256, "head dims 32, 64, 96, 128, 192, 256");
   static_assert(kRowsPerWarp == 16 || kRowsPerWarp == 32, "a warp owns 16 or 32 query rows");
   static_assert(kBlockN % 16 == 0, "key tiles are whole k16 steps of the P V product");
 };
@@ -146,15 +146,17 @@ struct TileConfig {
 template <int kHeadDim>
 struct SmemLayout {
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
-  // Rows of 128 or 256 bytes: XOR the chunk index with row % 8. The 8 rows that one 8x8
+  // Rows of 128, 256 or 512 bytes: XOR the chunk index with row % 8. The 8 rows that one 8x8
   // ldmatrix reads (same logical chunk) then sit in 8 different 16-byte bank groups.
-  // Other rows (64, 192 bytes) get 16 bytes of padding: row r starts at bank group
+  // Other rows (64, 192, 384 bytes) get 16 bytes of padding: row r starts at bank group
   // (r * (kChunks + 1)) % 8, which is again 8 different groups for 8 consecutive rows
-  // because kChunks + 1 is odd.
-  static constexpr bool kSwizzle = kHeadDim % 64 == 0;
+  // because kChunks + 1 is odd. (The swizzle needs a power-of-two row: pair_step XORs the
+  // chunk bits of the address, which a row of 384 bytes would carry into.)
+  static constexpr bool kSwizzle = kHeadDim % 64 == 0 && (kHeadDim & (kHeadDim - 1)) == 0;
   static constexpr int kRowBytes = kSwizzle ? kHeadDim * 2 : kHeadDim * 2 + 16;
-  // Tiles start at multiples of this (see pair_step).
-  static constexpr int kTileAlign = 256;
+  // Tiles start at multiples of this (see pair_step): a swizzled row's chunk bits must be
+  // zero in the tile's base, so rows of 512 bytes need 512-byte tiles.
+  static constexpr int kTileAlign = kSwizzle && kRowBytes > 256 ? kRowBytes : 256;
 
   // Byte offset of chunk `chunk` (elements 8*chunk .. 8*chunk+7) of row `row`.
   static __host__ __device__ constexpr uint32_t offset(int row, int chunk) {
@@ -899,6 +901,13 @@ using ConfigD64_2 = TileConfig<64, 128, 128, 8, true, false, 1>;
 // head_dim 32 and 96: one configuration each.
 using ConfigD32_0 = TileConfig<32, 128, 128, 4, true, false, 2>;
 using ConfigD96_0 = TileConfig<96, 128, 64, 4, false, false, 2>;
+// head_dim 192 and 256 (every head dim above 128: the next one up, zero-filled): a warp's O
+// is 16 rows x 256 fp32 = 128 registers per thread, so 4 warps of 16 rows (not 32), Q re-read
+// from shared memory, the row statistics in shared memory; 64 x 64 tiles at 192, 64 x 32 at
+// 256 (with 64 keys ptxas spilled the dense instantiation at 256). One configuration each,
+// dense and general alike: no spills at sm_90.
+using ConfigD192_0 = TileConfig<192, 64, 64, 4, false, true, 2>;
+using ConfigD256_0 = TileConfig<256, 64, 32, 4, false, true, 2>;
 
 // Patterns beyond causal (window, stride, lengths, a mask tensor) evaluate a longer predicate
 // on their masked tiles, whose registers the 32-rows-per-warp tiles above do not have (ptxas
@@ -907,6 +916,8 @@ using ConfigD128_G = TileConfig<128, 64, 64, 4, true, true, 2>;
 using ConfigD96_G = TileConfig<96, 64, 64, 4, true, true, 2>;
 using ConfigD64_G = TileConfig<64, 64, 64, 4, true, false, 2>;
 using ConfigD32_G = TileConfig<32, 64, 64, 4, true, false, 2>;
+using ConfigD192_G = ConfigD192_0;
+using ConfigD256_G = ConfigD256_0;
 
 // At most 16 query rows (a decode step whose query heads share a KV head, packed as rows:
 // task 5's grouped decode): one warp of 16 rows per CTA, so that a tile's tensor-core work is
@@ -914,7 +925,7 @@ using ConfigD32_G = TileConfig<32, 64, 64, 4, true, false, 2>;
 using ConfigD128_Rows16 = TileConfig<128, 16, 64, 1, true, false, 4>;
 using ConfigD64_Rows16 = TileConfig<64, 16, 64, 1, true, false, 4>;
 
-constexpr int kNumConfigs = 3;  // per head dim 64 / 128; head dims 32 and 96 always use 0
+constexpr int kNumConfigs = 3;  // per head dim 64 / 128; head dims 32, 96, 192, 256 always use 0
 
 // One entry point per (element type, head dim), defined in flash_attention_mma_<dtype>.cu:
 // `config` is already validated (0 .. kNumConfigs - 1).
@@ -922,10 +933,14 @@ const char* run_fp16_d32(const Params& p, int config, cudaStream_t stream);
 const char* run_fp16_d64(const Params& p, int config, cudaStream_t stream);
 const char* run_fp16_d96(const Params& p, int config, cudaStream_t stream);
 const char* run_fp16_d128(const Params& p, int config, cudaStream_t stream);
+const char* run_fp16_d192(const Params& p, int config, cudaStream_t stream);
+const char* run_fp16_d256(const Params& p, int config, cudaStream_t stream);
 const char* run_bf16_d32(const Params& p, int config, cudaStream_t stream);
 const char* run_bf16_d64(const Params& p, int config, cudaStream_t stream);
 const char* run_bf16_d96(const Params& p, int config, cudaStream_t stream);
 const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream);
+const char* run_bf16_d192(const Params& p, int config, cudaStream_t stream);
+const char* run_bf16_d256(const Params& p, int config, cudaStream_t stream);
 
 // The body of each run_<dtype>_d<head_dim>: pick the instantiation. A pattern beyond causal
 // (window, stride, lengths, a mask tensor) or a softcap or sinks runs the general

@@ -26,4 +26,13 @@ const char* run_bf16_d128(const Params& p, int config, cudaStream_t stream) {
                     ConfigD128_Rows16>(p, config, stream);
 }
 
+// Above 128: one configuration per head dim (its registers allow no other).
+const char* run_bf16_d192(const Params& p, int, cudaStream_t stream) {
+  return run_config<__nv_bfloat16, ConfigD192_G, ConfigD192_0>(p, 0, stream);
+}
+
+const char* run_bf16_d256(const Params& p, int, cudaStream_t stream) {
+  return run_config<__nv_bfloat16, ConfigD256_G, ConfigD256_0>(p, 0, stream);
+}
+
 }  // namespace mma_attn

@@ -10,8 +10,8 @@ by pytest (tests/test_task4_mma.py), and by this module on its own:
 
   mma_small        tiny shapes (S 1, 17, 130; head_dim 64, 128), both dtypes and masks, every
                    tile config; correctness only, a few seconds
-  mma_correctness  against float64: S 1, 77, 1000, 4097 x head_dim 32, 64, 80, 96, 128 x both
-                   masks x fp16/bf16, every tile config, strided head views of a fused qkv
+  mma_correctness  against float64: S 1, 77, 1000, 4097 x head_dim 32, 64, 80, 96, 128, 136,
+                   160, 192, 200, 256 x both masks x fp16/bf16, every tile config, strided head views of a fused qkv
                    projection written into a strided out, batch * heads > 65535; plus the
                    bad-input checks of mma_inputs
   mma_inputs       bad input raises ValueError / TypeError with a sentence that says what to do
@@ -51,8 +51,9 @@ from task4.manifest import mma_prefix
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 CONFIG_ENV = "ATTN_MMA_CONFIG"
 # The tile configurations ATTN_MMA_CONFIG selects, for printing only: they mirror the
-# ConfigD* lines of flash_attention_mma.cuh (keep the two in step). Head dims 32 and 96 have
-# only config 0; other head dims run on the next larger one (80 -> 96, 40 -> 64, ...).
+# ConfigD* lines of flash_attention_mma.cuh (keep the two in step). Head dims 32, 96, 192 and
+# 256 have only config 0; other head dims run on the next larger one (80 -> 96, 40 -> 64,
+# 136 -> 192, 200 -> 256, ...).
 CONFIGS = {
     128: {0: "128x64, 4 warps x 32 rows, Q re-read from smem (FlashAttention-2's tile)",
           1: "128x64, 8 warps x 16 rows, Q in registers",
@@ -62,6 +63,7 @@ CONFIGS = {
          2: "128x128, 8 warps x 16 rows, Q in registers"},
 }
 ALL_CONFIGS = (0, 1, 2)
+KERNEL_DIMS = (32, 64, 96, 128, 192, 256)  # the head dims flash_attention_mma.cu instantiates
 
 # The benchmark: (B, H, S, D), and the acceptance bar against SDPA's FLASH backend.
 BENCH_SHAPES = ((4, 32, 4096, 128), (8, 32, 2048, 64))
@@ -70,7 +72,7 @@ BENCH_TIMING = dict(warmup=5, repeats=30, max_seconds=1.5)
 
 # Correctness cases (B, H) x S x D; S >= LARGE_SEQ compares two heads only (float64 cost).
 CORRECTNESS_SEQS = (1, 77, 1000, 4097)
-CORRECTNESS_DIMS = (64, 128, 32, 96, 80)
+CORRECTNESS_DIMS = (64, 128, 32, 96, 80, 136, 160, 192, 200, 256)
 CORRECTNESS_BH = (2, 3)
 LARGE_SEQ = 1000
 LARGE_BH_CASE = (2, 32769, 5, 64)  # batch * heads = 65538 > 65535: grid.z splits it
@@ -117,7 +119,7 @@ def mma_config(config: int | None):
 def config_label(config: int | None, head_dim: int) -> str:
     if config is None:
         return f"config {os.environ.get(CONFIG_ENV) or 'default'}"
-    kernel_dim = next(d for d in (32, 64, 96, 128) if head_dim <= d)
+    kernel_dim = next(d for d in KERNEL_DIMS if head_dim <= d)
     if config not in CONFIGS.get(kernel_dim, {0: ""}):
         return f"config {config} (= 0 for head_dim {head_dim})"
     return f"config {config}"
@@ -125,7 +127,7 @@ def config_label(config: int | None, head_dim: int) -> str:
 
 def _configs_for(head_dim: int) -> tuple[int, ...]:
     """The tile configs worth testing for head_dim (32 and 96 have only config 0)."""
-    kernel_dim = next(d for d in (32, 64, 96, 128) if head_dim <= d)
+    kernel_dim = next(d for d in KERNEL_DIMS if head_dim <= d)
     return tuple(CONFIGS[kernel_dim]) if kernel_dim in CONFIGS else (0,)
 
 
@@ -198,8 +200,9 @@ def mma_small(args=None):
             for dtype in DTYPES:
                 for causal in (False, True):
                     checks += _case(ext, 1, 2, s, d, dtype, causal, gen, _configs_for(d))
-    # The other instantiations once each (head_dim 32, 96, and 80 on the 96 tile).
-    for d in (32, 80, 96):
+    # The other instantiations once each (head_dim 32, 96, 192, 256; 80 on the 96 tile and
+    # 136 on the 192 tile).
+    for d in (32, 80, 96, 136, 192, 256):
         checks += _case(ext, 1, 2, 17, d, "bf16", True, gen, (0,))
     return checks, {}
 
@@ -210,7 +213,7 @@ def _strided_cases(ext, gen) -> list[Check]:
     device = gen.device
     checks = []
     b, s, h = 2, 77, 3
-    for d in (64, 128):
+    for d in (64, 128, 256):
         for dtype in DTYPES:
             qkv = torch.randn(b, s, 3 * h * d, device=device, generator=gen).to(DTYPES[dtype])
             q, k, v = (t.unflatten(-1, (h, d)).transpose(1, 2) for t in qkv.split(h * d, dim=-1))
@@ -279,7 +282,7 @@ def mma_inputs(args=None):
     def qkv(d, **kw):
         return random_qkv(1, 2, 16, d, dtype=kw.get("dtype", half), device=device)
 
-    wide, huge, odd = qkv(136), qkv(256), qkv(60)
+    wide, huge, odd = qkv(264), qkv(512), qkv(60)
     strided_last = torch.randn(1, 2, 16, 128, device=device).to(half)[..., ::2]
     odd_rows = torch.randn(1, 2, 16, 68, device=device).to(half)[..., :64]  # row stride 68
     flat = torch.empty(q.numel() + 1, dtype=half, device=device)
@@ -293,8 +296,8 @@ def mma_inputs(args=None):
         raises("3-D tensors", lambda: fn(q[0], k[0], v[0]), "dimensions"),
         raises("5-D tensors", lambda: fn(q[None], k[None], v[None]), "dimensions"),
         raises("k and v of different lengths", lambda: fn(q, k[:, :, :8], v), "k and v"),
-        raises("head_dim 136", lambda: fn(*wide), "head_dim"),
-        raises("head_dim 256", lambda: fn(*huge), "head_dim"),
+        raises("head_dim 264", lambda: fn(*wide), "head_dim"),
+        raises("head_dim 512", lambda: fn(*huge), "head_dim"),
         raises("head_dim 60 (not a multiple of 8)", lambda: fn(*odd), "head_dim"),
         raises("last dimension not contiguous",
                lambda: fn(strided_last, strided_last, strided_last), "contiguous"),

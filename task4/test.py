@@ -11,7 +11,8 @@ Groups:
   arguments  each bad argument through every kernel path its dtype can take (fp32 kernel,
              mma.sync, Hopper, strided classes, the decodes): the same sentence on each
   shapes     odd shapes against float64: S 1, 77, 1000 x head_dim 64, 80, 128 (and 8, 32,
-             40), batch * heads = 70000, strided and misaligned views, every tile config
+             40; 96, 136, 160, 192, 200, 256 at S 1, 77, 130, 1000), batch * heads = 70000,
+             strided and misaligned views, every tile config
   course     the course protocol: hidden 4096, 32 heads, weights seed 41, (B, S) (4, 128) and
              (64, 4096), non-causal then causal; allclose(atol 1e-6) against
              nn.MultiheadAttention, float64, and the module-level speedups
@@ -86,6 +87,10 @@ FP32_CONFIGS = (0, 1, 2)  # the tile configs flash_attention.cu compiles (its he
 KERNEL_SHAPES = [(64, 32, 4096, 128), (4, 32, 128, 128)]  # (B, H, S, D)
 SHAPE_CASES = ([(2, 3, seq, d) for seq in (1, 77, 1000) for d in (64, 80, 128)]
                + [(1, 2, 77, 8), (2, 2, 130, 40), (1, 1, 129, 32), (1, 2, 256, 128)])
+# Head dims past 128 (and 96): one tile config runs every head dim above 128 (ConfigWide in
+# flash_attention.cu), so these run config 0 only; 136 and 200 are padded to 192 and 256.
+WIDE_SHAPE_CASES = ([(2, 3, seq, d) for seq in (77, 1000) for d in (96, 136, 160, 192, 200, 256)]
+                    + [(1, 2, 1, 256), (1, 1, 130, 192)])
 LARGE_BH_CASE = (1000, 70, 3, 64)  # batch * heads = 70000 blocks on grid.x (> 65535)
 SMALL_CASES = [(1, 1, 1, 8), (1, 2, 5, 16), (2, 1, 77, 64), (1, 1, 130, 128)]
 # Ours against SDPA on one head: both are fp32-accurate, so they agree far below this.
@@ -218,8 +223,8 @@ def inputs_group(args=None):
     def raises(name, fn, mention=None):
         return check_raises(name, fn, exc_types=strict, must_mention=mention)
 
-    wide_q, wide_k, wide_v = random_qkv(1, 2, 16, 136, device=device)
-    huge_q, huge_k, huge_v = random_qkv(1, 2, 16, 256, device=device)
+    wide_q, wide_k, wide_v = random_qkv(1, 2, 16, 264, device=device)
+    huge_q, huge_k, huge_v = random_qkv(1, 2, 16, 512, device=device)
     odd_q, odd_k, odd_v = random_qkv(1, 2, 16, 60, device=device)
     strided_last = torch.randn(1, 2, 16, 128, device=device)[..., ::2]  # head_dim stride 2
     bsh = torch.randn(1, 16, 128, device=device)
@@ -236,8 +241,8 @@ def inputs_group(args=None):
         raises("k and v of different lengths", lambda: fp32(q, k[:, :, :8], v), "k and v"),
         raises("3 query heads over 2 KV heads", lambda: fp32(torch.cat([q, q[:, :1]], 1), k, v),
                "multiple"),
-        raises("head_dim 136", lambda: fp32(wide_q, wide_k, wide_v), "head_dim"),
-        raises("head_dim 256", lambda: fp32(huge_q, huge_k, huge_v), "head_dim"),
+        raises("head_dim 264", lambda: fp32(wide_q, wide_k, wide_v), "head_dim"),
+        raises("head_dim 512", lambda: fp32(huge_q, huge_k, huge_v), "head_dim"),
         raises("head_dim 60 (not a multiple of 8)", lambda: fp32(odd_q, odd_k, odd_v), "head_dim"),
         raises("last dimension not contiguous",
                lambda: fp32(strided_last, strided_last, strided_last), "contiguous"),
@@ -283,6 +288,9 @@ def shapes_group(args=None):
     for b, h, s, d in SHAPE_CASES + [LARGE_BH_CASE]:
         q, k, v = random_qkv(b, h, s, d, device=device, generator=gen)
         checks += _fp32_cases(ext, q, k, v, _shape(b, h, s, d), FP32_CONFIGS)
+    for b, h, s, d in WIDE_SHAPE_CASES:
+        q, k, v = random_qkv(b, h, s, d, device=device, generator=gen)
+        checks += _fp32_cases(ext, q, k, v, _shape(b, h, s, d), (0,))
 
     # Head views of a fused [B, S, 3 * H * D] projection (seq stride 3 * H * D, no copies),
     # written into a strided head view of a [B, S, H, D] output.

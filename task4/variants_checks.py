@@ -8,7 +8,7 @@ These groups run from `python -m task4.test` and from pytest (tests/test_variant
   variants-small   one case of every pattern, fp32/fp16/bf16, tiny shapes (compute-sanitizer)
   variants         against float64 by FlashAttention-2's criterion (max |out - ref| <=
                    2 x max |PyTorch same dtype - ref| + 1e-5): lengths 1, 7, 113, 1023 (not tile
-                   multiples), S_q != S_k both ways, head dims 8..128, GQA ratios 1, 2, 4, 8, H,
+                   multiples), S_q != S_k both ways, head dims 8..256, GQA ratios 1, 2, 4, 8, H,
                    windows below and above a tile, strides 1..8, random masks with fully masked
                    rows, additive masks, varlen and left-padded keys, logits in the hundreds,
                    strided views, fp32/fp16/bf16; softcap, attention sinks and a custom scale,
@@ -125,6 +125,15 @@ SWEEP = [
     (2, 4, 4, 100, 100, 64, "mask-float", "softcap20+sinks+scale0.2"),
     (1, 4, 4, 300, 300, 64, "stride3", "softcap30+sinks"),
     (2, 8, 2, 257, 257, 128, "causal", "softcap50+sinks+scale0.0625+large"),
+    # Head dims above 128 (the tiles for up to 256; 136 and 200 padded), every path.
+    (2, 4, 4, 300, 300, 256, "causal", ""), (1, 4, 2, 113, 1023, 256, "full", ""),
+    (2, 4, 2, 257, 257, 192, "causal", ""), (1, 2, 2, 200, 130, 160, "full", ""),
+    (1, 2, 2, 257, 257, 136, "causal", ""), (2, 4, 4, 130, 200, 200, "causal", ""),
+    (2, 8, 2, 1023, 1023, 256, "window100", ""), (3, 4, 2, 300, 300, 256, "left", ""),
+    (2, 4, 4, 200, 200, 256, "mask-bool", ""), (2, 4, 4, 1, 300, 256, "causal", ""),
+    (2, 4, 2, 300, 300, 256, "causal", "softcap50+large"),
+    (2, 8, 4, 257, 300, 256, "window100", "softcap50+sinks+scale0.0625"),
+    (2, 8, 2, 300, 300, 192, "causal", "sinks"), (1, 4, 4, 1, 77, 96, "causal", "sinks"),
 ]
 
 
@@ -299,7 +308,9 @@ def variants_small_group(args=None):
               "left-window4")] + [(1, 4, 1, 5, 70, 128, "causal", ""), (1, 2, 2, 1, 1, 8, "full", ""),
                                   (2, 4, 2, 17, 33, 64, "causal", "softcap20+sinks+scale0.2"),
                                   (2, 4, 2, 17, 33, 64, "mask-float", "sinks32"),
-                                  (1, 4, 1, 1, 70, 128, "causal", "sinks+softcap30")]
+                                  (1, 4, 1, 1, 70, 128, "causal", "sinks+softcap30"),
+                                  (1, 2, 2, 17, 33, 256, "causal", "softcap50"),
+                                  (1, 2, 1, 17, 33, 200, "window5", "")]
     return _sweep_checks(small, DTYPES, gen, device), {}
 
 

@@ -245,7 +245,7 @@ GQA_DECODE_KERNEL = True        # False: the path before decode_gqa.cu (below), 
 GQA_MIN_GROUP = 2               # MHA (one query head per KV head) stays on the course kernel
                                 # and the CUDA-core grouped kernel (1: here too, for A/B)
 GQA_MAX_QUERY_ROWS = 16         # S_q per sequence: speculative decoding's few rows
-GQA_MAX_HEAD_DIM = 256          # its widest instantiation (the arguments' checks still say 128)
+GQA_MAX_HEAD_DIM = 256          # its widest instantiation (common.limits.MAX_HEAD_DIM too)
 
 # Its split count (choose_gqa_splits), in the spirit of FlashAttention-3's num_splits heuristic
 # (hopper/heuristics.h) and FlashInfer's decode plan: blocks that already fill GQA_FULL_WAVE of

@@ -34,8 +34,9 @@
 // products are reduced with shuffles inside each lane group; every group keeps its own
 // running max m, sum l and unnormalised output (spread over its lanes, in registers);
 // the groups of a warp merge through shuffles, the warps of a block through shared memory.
-// A merge of splits is one block of MAX_HEAD_DIM threads per output row, a thread per element
-// d, the splits' weights in shared memory (at most MAX_SPLITS splits). Scores are kept in
+// A merge of splits is one block of MERGE_THREADS (128) threads per output row, a thread per
+// element d (two or more above head_dim 128), the splits' weights in shared memory (at most
+// MAX_SPLITS splits). Scores are kept in
 // base 2, (q . k) * log2(e)/sqrt(D), so exponentials are exp2f; for fp32 the scores, the
 // softmax state and the unnormalised output are doubles (Score<T>, decode_common.cuh: why).
 // Strided views are read in place: the [B, max_seq, hidden] cache is [B, H, S, D] with
@@ -91,7 +92,17 @@ constexpr int KEY_STEPS_IN_FLIGHT = 4;  // warp steps of K/V loads issued before
 // Caps registers at 65536 / (5 * 128) = 102 per thread so at least 5 blocks (20 warps, ~80 KB
 // of loads in flight) fit on an SM; ptxas reports no spills for any instantiation at sm_90.
 constexpr int MIN_BLOCKS_PER_SM = 5;
+// Head dims above 128 double a lane's elements (CHUNKS 2 of 16-byte packs, or 8 scalar chunks):
+// their K/V packs in flight alone fill the 102 registers, so those instantiations ask for 3
+// blocks per SM (up to 168 registers) and spill nothing at sm_90.
+constexpr int WIDE_MIN_BLOCKS_PER_SM = 3;
+constexpr int min_blocks_per_sm(int vec, int chunks) {
+  return chunks > (vec == 1 ? 4 : 1) ? WIDE_MIN_BLOCKS_PER_SM : MIN_BLOCKS_PER_SM;
+}
 constexpr int COPY_THREADS = 256;
+// The merges of split results: one block of this many threads per output row, each thread
+// stepping over the elements d (head dims above 128 give a thread two or more).
+constexpr int MERGE_THREADS = 128;
 
 // ---- 1. appending to the cache ----------------------------------------------------------
 
@@ -594,7 +605,7 @@ __device__ __forceinline__ void prefetch_first_keys(const DecodeParams<T>& p) {
 // grid (B*H, num_splits), WARPS_PER_BLOCK warps. The host guarantees LANES_PER_KEY * VEC *
 // CHUNKS >= head_dim and, when VEC > 1, 16-byte alignment and head_dim % VEC == 0.
 template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS>
-__global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(THREADS_PER_BLOCK, min_blocks_per_sm(VEC, CHUNKS))
     decode_split_kernel(const DecodeParams<T> p) {
   prefetch_first_keys(p);               // given: while the kernel before finishes
   attn::wait_for_previous_kernel();     // given: q and the newest key come from it
@@ -616,8 +627,8 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   constexpr int KEYS_PER_WARP_ITER = KEYS_PER_WARP_STEP * KEY_STEPS_IN_FLIGHT;
   constexpr int KEYS_PER_BLOCK_ITER = KEYS_PER_WARP_ITER * WARPS_PER_BLOCK;
   static_assert(WARP_SIZE % LANES_PER_KEY == 0, "a key group must not straddle warps");
-  static_assert(LANES_PER_KEY * VEC * CHUNKS >= MAX_HEAD_DIM || VEC > 1,
-                "the scalar path must cover every dimension up to MAX_HEAD_DIM");
+  static_assert(LANES_PER_KEY * VEC * CHUNKS >= 128 || VEC > 1,
+                "the scalar path covers 128 dimensions or more (the host picks one that holds D)");
 
   const int bh = blockIdx.x;
   const int split = blockIdx.y;
@@ -693,10 +704,10 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS_PER_SM)
   if (p.num_splits > 1 && p.split_counters != nullptr) merge_in_last_block(p);
 }
 
-// grid (B*H), MAX_HEAD_DIM threads: block bh merges the splits of (batch, head) bh. run_decode
+// grid (B*H), MERGE_THREADS threads: block bh merges the splits of (batch, head) bh. run_decode
 // launches it with its DecodeParams, combine_splits (below) with another path's SplitStates.
 template <typename T, template <typename> class States>
-__global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const States<T> p) {
+__global__ void __launch_bounds__(MERGE_THREADS) combine_splits_kernel(const States<T> p) {
   merge_head_splits(p, blockIdx.x);
 }
 
@@ -708,12 +719,12 @@ __global__ void __launch_bounds__(MAX_HEAD_DIM) combine_splits_kernel(const Stat
 // One block per output row r of a KV head (r = i * group + g: query i of query head g).
 
 template <typename T, typename Partial>
-__global__ void __launch_bounds__(MAX_HEAD_DIM) merge_splits_kernel(const MergeParams<T, Partial> p) {
+__global__ void __launch_bounds__(MERGE_THREADS) merge_splits_kernel(const MergeParams<T, Partial> p) {
   // BEGIN SOLUTION kernel
   // HINT: Optional extension: the merge of a split-KV decode from each split's LSE.
   __shared__ float weight[MAX_SPLITS];
-  __shared__ float warp_val[MAX_HEAD_DIM / WARP_SIZE];
-  constexpr int WARPS = MAX_HEAD_DIM / WARP_SIZE;
+  __shared__ float warp_val[MERGE_THREADS / WARP_SIZE];
+  constexpr int WARPS = MERGE_THREADS / WARP_SIZE;
   const int rows = p.group * p.seq_q;  // the rows of one KV head
   const int64_t b_kv = blockIdx.x / rows;
   const int r = blockIdx.x % rows;
@@ -815,11 +826,12 @@ template <typename T>
 void launch_split_kernel(DecodeParams<T> p, dim3 grid, cudaStream_t stream, bool wide) {
   constexpr int VEC = 16 / sizeof(T);  // 8 fp16/bf16 or 4 fp32 elements = 16 bytes
   const dim3 block(THREADS_PER_BLOCK);
-  if (!wide) {  // scalar loads: 32 lanes per key, 4 chunks cover head_dim <= 128
+  if (!wide) {  // scalar loads: 32 lanes per key, 4 chunks cover head_dim <= 128, 8 up to 256
     p.prefetch_keys = 0;  // the bulk prefetch needs 16-byte rows
     attn::launch_overlapped("decode_split_kernel",
-                            decode_split_kernel<T, 1, WARP_SIZE, MAX_HEAD_DIM / WARP_SIZE>, grid,
-                            block, stream, p);
+                            p.head_dim <= 128 ? decode_split_kernel<T, 1, WARP_SIZE, 4>
+                                              : decode_split_kernel<T, 1, WARP_SIZE, 8>,
+                            grid, block, stream, p);
     return;
   }
   p.prefetch_keys = decode_prefetch_keys();
@@ -828,7 +840,10 @@ void launch_split_kernel(DecodeParams<T> p, dim3 grid, cudaStream_t stream, bool
   auto kernel = lanes_needed <= 4    ? decode_split_kernel<T, VEC, 4, 1>
                 : lanes_needed <= 8  ? decode_split_kernel<T, VEC, 8, 1>
                 : lanes_needed <= 16 ? decode_split_kernel<T, VEC, 16, 1>
-                                     : decode_split_kernel<T, VEC, 32, 1>;  // fp32, D in (64, 128]
+                                     : decode_split_kernel<T, VEC, 32, 1>;  // fp32 D in (64, 128], 16-bit D > 128
+  if constexpr (VEC == 4) {  // fp32, D in (128, 256]: two 16-byte packs per lane
+    if (lanes_needed > WARP_SIZE) kernel = decode_split_kernel<T, VEC, 32, 2>;
+  }
   attn::launch_overlapped("decode_split_kernel", kernel, grid, block, stream, p);
 }
 
@@ -855,7 +870,7 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   // HINT: fp32, else float32): o: B*H*num_splits*head_dim, m and l: B*H*num_splits each.
   // HINT: Launch launch_split_kernel with grid (B*H, num_splits), then,
   // HINT: with several splits and no p.split_counters, combine_splits_kernel with grid B*H and
-  // HINT: MAX_HEAD_DIM threads; attn::check_launch after each launch.
+  // HINT: MERGE_THREADS threads; attn::check_launch after each launch.
   p.q = reinterpret_cast<const T*>(q.data_ptr());
   p.k = reinterpret_cast<const T*>(k.data_ptr());
   p.v = reinterpret_cast<const T*>(v.data_ptr());
@@ -894,7 +909,7 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   launch_split_kernel<T>(p, grid, stream, wide);
   attn::check_launch("decode_split_kernel");
   if (num_splits > 1 && p.split_counters == nullptr) {
-    combine_splits_kernel<T><<<static_cast<unsigned>(batch_heads), MAX_HEAD_DIM, 0, stream>>>(p);
+    combine_splits_kernel<T><<<static_cast<unsigned>(batch_heads), MERGE_THREADS, 0, stream>>>(p);
     attn::check_launch("combine_splits_kernel");
   }
   // END SOLUTION
@@ -906,7 +921,7 @@ namespace attn_decode {
 
 template <typename T>
 void combine_splits(const SplitStates<T>& states, int64_t rows, cudaStream_t stream) {
-  combine_splits_kernel<T><<<static_cast<unsigned>(rows), MAX_HEAD_DIM, 0, stream>>>(states);
+  combine_splits_kernel<T><<<static_cast<unsigned>(rows), MERGE_THREADS, 0, stream>>>(states);
   attn::check_launch("combine_splits_kernel");
 }
 
@@ -916,7 +931,7 @@ template void combine_splits<__nv_bfloat16>(const SplitStates<__nv_bfloat16>&, i
 
 template <typename T>
 void merge_lse_splits(const MergeParams<T, float>& params, int64_t rows, cudaStream_t stream) {
-  merge_splits_kernel<T, float><<<static_cast<unsigned>(rows), MAX_HEAD_DIM, 0, stream>>>(params);
+  merge_splits_kernel<T, float><<<static_cast<unsigned>(rows), MERGE_THREADS, 0, stream>>>(params);
   attn::check_launch("merge_splits_kernel");
 }
 
@@ -1152,7 +1167,7 @@ void merge_attention_splits(torch::Tensor partial, torch::Tensor lse, torch::Ten
                               out.stride(0), out.stride(1), static_cast<int>(heads_kv * group),
                               static_cast<int>(group), static_cast<int>(splits),
                               static_cast<int>(head_dim)};
-    merge_splits_kernel<T, Partial><<<blocks, MAX_HEAD_DIM, 0, stream>>>(p);
+    merge_splits_kernel<T, Partial><<<blocks, MERGE_THREADS, 0, stream>>>(p);
   };
   auto launch = [&](auto* out_tag) {
     using T = std::remove_pointer_t<decltype(out_tag)>;

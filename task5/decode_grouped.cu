@@ -18,7 +18,9 @@
 // global -> shared memory with cp.async, GROUPED_STAGES = 4 tiles of GROUPED_TILE_KEYS = 32
 // keys deep (the copies need no registers; 8 keys per warp per tile), and the warps compute on
 // one tile while the next ones land. A key is read by LANES_PER_KEY lanes, 16 bytes each, as
-// in decode_split_kernel.
+// in decode_split_kernel. Head dims above 128 (up to 256) run their own instantiations: shared
+// rows of 256 elements, at most 4 query heads per block, and 2 stages for fp32 (so that the
+// tiles stay at 128 KB).
 //
 // Where it runs (task5/attention.py, _decode_grouped_routed, decides): fp16/bf16 decode with
 // two or more query heads per KV head goes to the tensor-core kernel, decode_gqa.cu, with
@@ -35,6 +37,7 @@
 #include <cuda_fp16.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -52,6 +55,14 @@ namespace {
 
 constexpr int GROUPED_TILE_KEYS = 32;  // keys per shared-memory tile (8 per warp)
 constexpr int GROUPED_STAGES = 4;      // tiles in flight or being computed
+// Head dims above 128 run instantiations whose shared rows are 256 elements wide (ROW), with
+// at most 4 query heads per block (GROUP_TILE: the accumulators hold twice the elements per
+// head) and, for fp32 rows of 1 KB, 2 stages instead of 4 (128 KB of tiles either way).
+constexpr int MAX_ROW_NARROW = 128;    // rows of head dims up to 128
+constexpr int GROUPED_WIDE_ROW = 256;
+constexpr int GROUPED_WIDE_MAX_TILE = 4;
+template <typename T, int ROW>
+constexpr int grouped_stages() { return ROW * static_cast<int>(sizeof(T)) > 512 ? 2 : GROUPED_STAGES; }
 constexpr float LAZY_RESCALE = 8.f;    // see the online softmax of decode_grouped_kernel
 // fp32 rescales at every new max instead (the largest score's weight is then exactly 1).
 template <typename T>
@@ -70,10 +81,11 @@ struct GroupedDecodeParams : DecodeTensors<T> {
   Score<T>* partial_l;
 };
 
-// Shared memory of one block: K and V tiles of every stage, rows of MAX_HEAD_DIM elements.
-template <typename T>
+// Shared memory of one block: K and V tiles of every stage, rows of ROW elements (128: every
+// head dim up to 128; 256 above).
+template <typename T, int ROW>
 constexpr int grouped_smem_bytes() {
-  return GROUPED_STAGES * 2 * GROUPED_TILE_KEYS * MAX_HEAD_DIM * static_cast<int>(sizeof(T));
+  return grouped_stages<T, ROW>() * 2 * GROUPED_TILE_KEYS * ROW * static_cast<int>(sizeof(T));
 }
 
 __device__ __forceinline__ void cp_async_16_zfill(void* smem, const void* gmem, bool valid) {
@@ -87,7 +99,7 @@ __device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.w
 
 // Copy keys [key0, key0 + TILE_KEYS) of K and V (rows past key_end zero-filled) into one
 // stage: 16-byte chunks, consecutive threads on consecutive chunks of a row.
-template <typename T>
+template <int ROW, typename T>
 __device__ __forceinline__ void load_kv_tile(T* k_tile, T* v_tile, const T* k_head, const T* v_head,
                                              int64_t k_stride_s, int64_t v_stride_s, int64_t key0,
                                              int64_t key_end, int head_dim) {
@@ -99,9 +111,9 @@ __device__ __forceinline__ void load_kv_tile(T* k_tile, T* v_tile, const T* k_he
     const int col = (c % chunks_per_row) * VEC;
     const int64_t key = key0 + row;
     const bool valid = key < key_end;
-    cp_async_16_zfill(k_tile + row * MAX_HEAD_DIM + col,
+    cp_async_16_zfill(k_tile + row * ROW + col,
                       valid ? k_head + key * k_stride_s + col : k_head, valid);
-    cp_async_16_zfill(v_tile + row * MAX_HEAD_DIM + col,
+    cp_async_16_zfill(v_tile + row * ROW + col,
                       valid ? v_head + key * v_stride_s + col : v_head, valid);
   }
 }
@@ -109,7 +121,9 @@ __device__ __forceinline__ void load_kv_tile(T* k_tile, T* v_tile, const T* k_he
 // grid (B * H_kv * head_chunks, num_splits). Block (b, kv head, chunk) decodes query heads
 // kv_head * group + chunk * GROUP_TILE + g, g < GROUP_TILE (those < group), over the keys of
 // its split. A key is read by LANES_PER_KEY lanes, VEC elements each (as decode_split_kernel).
-template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS, int GROUP_TILE, int MIN_BLOCKS>
+// ROW: the shared rows' width in elements (>= head_dim), and the stages that fit.
+template <typename T, int VEC, int LANES_PER_KEY, int CHUNKS, int GROUP_TILE, int MIN_BLOCKS,
+          int ROW>
 __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
     decode_grouped_kernel(const GroupedDecodeParams<T> p) {
   // BEGIN SOLUTION kernel
@@ -123,10 +137,11 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
   constexpr int STEPS = KEYS_PER_WARP / KEYS_PER_WARP_STEP;
   static_assert(KEYS_PER_WARP % KEYS_PER_WARP_STEP == 0, "whole warp steps per tile");
 
-  extern __shared__ float4 grouped_smem[];  // [STAGES][K, V][TILE_KEYS][MAX_HEAD_DIM] of T
+  constexpr int STAGES = grouped_stages<T, ROW>();
+  extern __shared__ float4 grouped_smem[];  // [STAGES][K, V][TILE_KEYS][ROW] of T
   T* const tiles = reinterpret_cast<T*>(grouped_smem);
-  constexpr int TILE_ELEMS = GROUPED_TILE_KEYS * MAX_HEAD_DIM;
-  __shared__ Score<T> warp_o[WARPS_PER_BLOCK][GROUP_TILE][MAX_HEAD_DIM];
+  constexpr int TILE_ELEMS = GROUPED_TILE_KEYS * ROW;
+  __shared__ Score<T> warp_o[WARPS_PER_BLOCK][GROUP_TILE][ROW];
   __shared__ Score<T> warp_m[WARPS_PER_BLOCK][GROUP_TILE];
   __shared__ Score<T> warp_l[WARPS_PER_BLOCK][GROUP_TILE];
 
@@ -156,9 +171,9 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
   const T* v_head = p.v + b * p.v_stride_b + kv_head * p.v_stride_h;
   // Prologue: the first STAGES - 1 tiles in flight, one commit group each (empty past the end).
 #pragma unroll
-  for (int t = 0; t < GROUPED_STAGES - 1; ++t) {
+  for (int t = 0; t < STAGES - 1; ++t) {
     if (t < num_tiles)
-      load_kv_tile(tiles + (2 * t) * TILE_ELEMS, tiles + (2 * t + 1) * TILE_ELEMS, k_head, v_head,
+      load_kv_tile<ROW>(tiles + (2 * t) * TILE_ELEMS, tiles + (2 * t + 1) * TILE_ELEMS, k_head, v_head,
                    p.k_stride_s, p.v_stride_s, key_begin + t * GROUPED_TILE_KEYS, key_end,
                    p.head_dim);
     cp_async_commit_group();
@@ -190,17 +205,17 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
 
   for (int t = 0; t < num_tiles; ++t) {
     // Refill the stage that tile t - 1 used (every warp finished it: barrier at loop end).
-    const int next = t + GROUPED_STAGES - 1;
+    const int next = t + STAGES - 1;
     if (next < num_tiles) {
-      const int stage = next % GROUPED_STAGES;
-      load_kv_tile(tiles + (2 * stage) * TILE_ELEMS, tiles + (2 * stage + 1) * TILE_ELEMS, k_head,
+      const int stage = next % STAGES;
+      load_kv_tile<ROW>(tiles + (2 * stage) * TILE_ELEMS, tiles + (2 * stage + 1) * TILE_ELEMS, k_head,
                    v_head, p.k_stride_s, p.v_stride_s, key_begin + next * GROUPED_TILE_KEYS,
                    key_end, p.head_dim);
     }
     cp_async_commit_group();
-    cp_async_wait_group<GROUPED_STAGES - 1>();  // tile t has landed (this thread's copies) ...
+    cp_async_wait_group<STAGES - 1>();  // tile t has landed (this thread's copies) ...
     __syncthreads();                            // ... and everyone's
-    const T* k_tile = tiles + (2 * (t % GROUPED_STAGES)) * TILE_ELEMS;
+    const T* k_tile = tiles + (2 * (t % STAGES)) * TILE_ELEMS;
     const T* v_tile = k_tile + TILE_ELEMS;
     const int64_t tile_key0 = key_begin + static_cast<int64_t>(t) * GROUPED_TILE_KEYS;
 
@@ -224,8 +239,8 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
         const int d0 = (c * LANES_PER_KEY + lane_in_key) * VEC;
         float x[VEC], y[VEC];
         const bool in = d0 < p.head_dim;
-        unpack<T, VEC>(in ? load_pack<T, VEC>(k_tile + row * MAX_HEAD_DIM + d0) : zero_pack<T, VEC>(), x);
-        unpack<T, VEC>(in ? load_pack<T, VEC>(v_tile + row * MAX_HEAD_DIM + d0) : zero_pack<T, VEC>(), y);
+        unpack<T, VEC>(in ? load_pack<T, VEC>(k_tile + row * ROW + d0) : zero_pack<T, VEC>(), x);
+        unpack<T, VEC>(in ? load_pack<T, VEC>(v_tile + row * ROW + d0) : zero_pack<T, VEC>(), y);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           kf[c * VEC + e] = x[e];
@@ -335,13 +350,19 @@ __global__ void __launch_bounds__(THREADS_PER_BLOCK, MIN_BLOCKS)
 
 // Launch decode_grouped_kernel with the group tile and lanes for this shape (more query heads
 // per block hold more registers, so fewer blocks fit per SM).
-template <typename T, int GROUP_TILE, int MIN_BLOCKS>
+template <typename T, int GROUP_TILE, int MIN_BLOCKS, int ROW = MAX_ROW_NARROW>
 void launch_grouped_tile(const GroupedDecodeParams<T>& p, dim3 grid, cudaStream_t stream) {
   constexpr int VEC = 16 / sizeof(T);
-  constexpr int kSmem = grouped_smem_bytes<T>();
-  auto kernel = attn::ceil_div(p.head_dim, VEC) <= 16
-                    ? decode_grouped_kernel<T, VEC, 16, 1, GROUP_TILE, MIN_BLOCKS>
-                    : decode_grouped_kernel<T, VEC, 32, 1, GROUP_TILE, MIN_BLOCKS>;  // fp32, D > 64
+  constexpr int kSmem = grouped_smem_bytes<T, ROW>();
+  static_assert(kSmem + WARPS_PER_BLOCK * GROUP_TILE * ROW * sizeof(Score<T>) <= 227 * 1024,
+                "the tiles and the warps' outputs fit an SM's shared memory");
+  // 32 lanes per key, one 16-byte pack each; fp32 above 128: two packs per lane.
+  constexpr int CHUNKS = ROW > MAX_ROW_NARROW && VEC == 4 ? 2 : 1;
+  auto kernel = decode_grouped_kernel<T, VEC, 32, CHUNKS, GROUP_TILE, MIN_BLOCKS, ROW>;
+  if constexpr (ROW <= MAX_ROW_NARROW) {
+    if (attn::ceil_div(p.head_dim, VEC) <= 16)
+      kernel = decode_grouped_kernel<T, VEC, 16, 1, GROUP_TILE, MIN_BLOCKS, ROW>;  // else fp32, D > 64
+  }
   // Above 48 KB a kernel must opt in to more dynamic shared memory (cheap; once per call).
   const cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
@@ -350,7 +371,10 @@ void launch_grouped_tile(const GroupedDecodeParams<T>& p, dim3 grid, cudaStream_
   kernel<<<grid, THREADS_PER_BLOCK, kSmem, stream>>>(p);
 }
 
-int grouped_tile_for(int group) { return group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8; }
+int grouped_tile_for(int group, int head_dim) {
+  const int tile = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+  return head_dim > MAX_ROW_NARROW ? std::min(tile, GROUPED_WIDE_MAX_TILE) : tile;
+}
 
 template <typename T>
 void run_decode_grouped(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -360,9 +384,9 @@ void run_decode_grouped(const torch::Tensor& q, const torch::Tensor& k, const to
   p.heads_q = static_cast<int>(q.size(1));
   p.heads_kv = static_cast<int>(k.size(1));
   p.group = group;
-  const int tile = grouped_tile_for(group);
-  p.head_chunks = attn::ceil_div(group, tile);
   p.head_dim = static_cast<int>(q.size(3));
+  const int tile = grouped_tile_for(group, p.head_dim);
+  p.head_chunks = attn::ceil_div(group, tile);
   p.mask = mask;
   p.score_scale = static_cast<Score<T>>(LOG2_E / std::sqrt(static_cast<double>(p.head_dim)));
   p.num_splits = num_splits;
@@ -379,11 +403,19 @@ void run_decode_grouped(const torch::Tensor& q, const torch::Tensor& k, const to
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const dim3 grid(static_cast<unsigned>(q.size(0) * p.heads_kv * p.head_chunks),
                   static_cast<unsigned>(num_splits));
-  switch (tile) {
-    case 1: launch_grouped_tile<T, 1, 3>(p, grid, stream); break;
-    case 2: launch_grouped_tile<T, 2, 3>(p, grid, stream); break;
-    case 4: launch_grouped_tile<T, 4, 2>(p, grid, stream); break;
-    default: launch_grouped_tile<T, 8, 2>(p, grid, stream); break;
+  if (p.head_dim > MAX_ROW_NARROW) {  // rows of 256 elements, at most 4 heads per block
+    switch (tile) {
+      case 1: launch_grouped_tile<T, 1, 2, GROUPED_WIDE_ROW>(p, grid, stream); break;
+      case 2: launch_grouped_tile<T, 2, 2, GROUPED_WIDE_ROW>(p, grid, stream); break;
+      default: launch_grouped_tile<T, 4, 2, GROUPED_WIDE_ROW>(p, grid, stream); break;
+    }
+  } else {
+    switch (tile) {
+      case 1: launch_grouped_tile<T, 1, 3>(p, grid, stream); break;
+      case 2: launch_grouped_tile<T, 2, 3>(p, grid, stream); break;
+      case 4: launch_grouped_tile<T, 4, 2>(p, grid, stream); break;
+      default: launch_grouped_tile<T, 8, 2>(p, grid, stream); break;
+    }
   }
   attn::check_launch("decode_grouped_kernel");
   if (num_splits > 1) {  // the course kernel's merge (decode.cu), one block per query head

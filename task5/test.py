@@ -75,9 +75,11 @@ SPLITS = (1, 3, None)  # forced 1 (the course kernel), forced 3, and the automat
 
 # kernels: every context length and head size the issue names; small: the same paths, tiny.
 KERNEL_CONTEXTS = (1, 2, 77, 1000, 4097)
-KERNEL_HEAD_DIMS = (64, 128, 80)
+# Above 128 (and 96): the instantiations for head dims up to 256; 136 and 200 are not their
+# multiples of 32 (padded lanes), 160 and 192 neither a power of two.
+KERNEL_HEAD_DIMS = (64, 128, 80, 96, 136, 160, 192, 200, 256)
 SMALL_CONTEXTS = (1, 77)
-SMALL_HEAD_DIMS = (80, 128)
+SMALL_HEAD_DIMS = (80, 128, 200)
 
 # The course protocol.
 HIDDEN, HEADS, MAX_SEQ, BATCH, WEIGHT_SEED = 4096, 32, 2048, 16, 42
@@ -334,7 +336,8 @@ def _decode_checks(device, gen, contexts, head_dims, splits=SPLITS) -> list[Chec
 
 # (dtype, batch, heads, head_dim, ctx, num_splits)
 MERGE_CASES = ((torch.float16, 1, 8, 128, 1000, 7), (torch.bfloat16, 2, 3, 64, 4097, 64),
-               (torch.float32, 1, 4, 80, 300, 16))
+               (torch.float32, 1, 4, 80, 300, 16), (torch.float32, 1, 4, 256, 300, 16),
+               (torch.bfloat16, 2, 3, 192, 1000, 40))
 SMALL_MERGE_CASES = ((torch.float16, 1, 2, 128, 77, 3),)
 
 
@@ -558,9 +561,9 @@ def inputs_group(args=None):
          lambda: decode_attention(randn(batch, 2, hidden), kc, vc, heads, 4), "one new token"),
         ("decode: hidden not divisible by num_heads",
          lambda: decode_attention(q, kc, vc, 5, 4), "divisible"),
-        ("decode: head_dim 136 > 128",
-         lambda: decode_attention(randn(batch, 1, 272), randn(batch, max_seq, 272),
-                                  randn(batch, max_seq, 272), 2, 4), "128"),
+        ("decode: head_dim 264 > 256",
+         lambda: decode_attention(randn(batch, 1, 528), randn(batch, max_seq, 528),
+                                  randn(batch, max_seq, 528), 2, 4), "256"),
         ("decode: fp16 q, fp32 cache", lambda: decode_attention(q.half(), kc, vc, heads, 4), "dtype"),
         ("decode: float64", lambda: decode_attention(q.double(), kc.double(), vc.double(), heads, 4),
          "dtype"),

@@ -9,14 +9,15 @@ sequence's cache ends (or, left-padded, where it starts). Groups of `python -m t
   gqa-small   one tiny case per pattern and dtype (compute-sanitizer), and a few of the
               tensor-core kernel's own (several query rows, softcap, sinks, scale, empty)
   gqa         against float64 by FlashAttention-2's criterion: contexts 1, 7, 113, 1023,
-              4097; GQA ratios 1, 2, 4, 7, 8 and MQA; head dims 64, 128 (and 8, 40);
+              4097; GQA ratios 1, 2, 4, 7, 8 and MQA; head dims 64, 128 (and 8, 40; 96,
+              136, 160, 192, 200, 256);
               windows, strides, masks, varlen and left-padded lengths, logits in the
               hundreds, split counts 1 / auto / 7, strided cache views; fp32/fp16/bf16 (the
               fp16/bf16 grouped cases run decode_gqa.cu, and once more on CUDA cores);
               bad input raises a sentence
   gqa-mma     decode_gqa.cu itself (grouped-query decode on tensor cores), fp16 and bf16,
               against float64 by FlashAttention-2's criterion: GQA ratios 1..8 and MQA, head
-              dims 64, 96, 128, 256 (and 40, 200: padded tiles), contexts 1 .. 4097 off the
+              dims 64, 96, 128, 256 (and 40, 136, 160, 192, 200: padded tiles), contexts 1 .. 4097 off the
               tile sizes and one of 131072, 1..16 query rows (bottom-right causal), every
               variant (window, stride, bool/additive masks, varlen and left-padded lengths
               with empty sequences, softcap, sinks, scale), logits in the hundreds, forced
@@ -107,6 +108,11 @@ SWEEP = [
     (4, 16, 2, 700, 128, "left-window", ""),
     (2, 16, 4, 1023, 128, "causal", "large"), (2, 8, 2, 1023, 64, "causal", "cache"),
     (2, 8, 8, 4097, 128, "lengths", "cache"),
+    # Head dims above 128 (the grouped kernel's 256-wide rows; 136 and 200 padded) and 96.
+    (2, 8, 2, 1023, 256, "causal", ""), (2, 8, 8, 300, 256, "window", ""),
+    (2, 4, 1, 113, 192, "causal", ""), (2, 16, 2, 513, 136, "mask-bool", ""),
+    (4, 8, 2, 700, 200, "left-window", ""), (2, 12, 4, 1023, 160, "lengths", ""),
+    (2, 8, 4, 300, 96, "stride", ""), (2, 8, 2, 1023, 256, "causal", "large"),
 ]
 SPLITS = (None, 1, 7)
 
@@ -148,7 +154,8 @@ def gqa_small_group(args=None):
         return failed, {}
     small = [(2, 4, 2, 37, 64, p, "") for p in ("causal", "window", "stride", "mask-bool",
                                                  "mask-float", "lengths", "left")]
-    checks = _sweep(small + [(1, 8, 1, 5, 128, "full", "")], gen, device, splits=(1, 3))
+    checks = _sweep(small + [(1, 8, 1, 5, 128, "full", ""), (1, 8, 2, 40, 256, "window", "")],
+                    gen, device, splits=(1, 3))
     mma_small = [(2, 4, 2, 3, 37, 64, "causal", "softcap sinks scale"),
                  (3, 8, 2, 1, 37, 128, "lengths", "empty nan"),
                  (2, 6, 2, 5, 40, 96, "mask-bool", "")]
@@ -184,8 +191,8 @@ def gqa_group(args=None):
                lambda: decode_attention_grouped(q, k, v, key_lengths=lengths.long()), "int32"),
         raises("key_lengths beyond the cache",
                lambda: decode_attention_grouped(q, k, v, key_lengths=lengths + 1), "[0, 64]"),
-        raises("head_dim 136", lambda: decode_attention_grouped(
-            *_inputs(1, 2, 1, 8, 136, torch.float16, gen, device)), "head_dim"),
+        raises("head_dim 264", lambda: decode_attention_grouped(
+            *_inputs(1, 2, 1, 8, 264, torch.float16, gen, device)), "head_dim"),
         raises("float64", lambda: decode_attention_grouped(q.double(), k.double(), v.double()),
                "dtype"),
     ]
@@ -211,6 +218,8 @@ MMA_SWEEP = [
     (2, 8, 2, 1, 300, 40, "causal", ""), (2, 8, 4, 1, 300, 200, "causal", ""),
     (2, 8, 2, 1, 777, 64, "causal", "large"), (2, 16, 4, 1, 1023, 128, "causal", "large cache"),
     (2, 8, 2, 1, 1000, 96, "full", "cache"), (2, 8, 2, 1, 600, 256, "causal", "large"),
+    (2, 8, 2, 1, 300, 136, "causal", ""), (2, 8, 4, 2, 513, 160, "causal", ""),
+    (2, 8, 2, 1, 1023, 192, "window", ""),
     # several query rows per sequence (bottom-right causal), more rows than one tile
     (2, 8, 2, 2, 300, 128, "causal", ""), (2, 8, 2, 5, 1023, 128, "causal", ""),
     (1, 4, 1, 16, 511, 64, "causal", ""), (2, 8, 8, 16, 200, 128, "causal", ""),

@@ -43,12 +43,16 @@ How a call runs (the "plan"; `plan_attention` returns it):
   |                                                |   in, so empty tiles are still skipped)       |
   | a float mask that is a real bias               | kernels with the additive float mask          |
   | `position_bias` (T5-style, 5.x)                | kernels with bias merged into a float mask    |
+  | softcap (Gemma 2), attention sinks (s_aux,     | kernels, with softcap= / sinks= / scale= on   |
+  |   GPT-OSS), a scaling other than 1/sqrt(D)     |   whichever plan the mask gives               |
+  |   (Gemma's query_pre_attn_scalar)              |                                               |
   | dropout > 0 while training                     | fallback: SDPA with dropout_p                 |
-  | head_dim > 128 or not a multiple of 8, key /   | fallback: SDPA                                |
+  | head_dim > 256 or not a multiple of 8 (> 128   | fallback: SDPA                                |
+  |   where autograd needs a gradient), key /      |                                               |
   |   value head dims differ, dtype not fp32/fp16/ |                                               |
   |   bf16 or q/k/v dtypes differ                  |                                               |
-  | softcap (Gemma 2), attention sinks (s_aux,     | fallback: the eager formula (SDPA has neither)|
-  |   GPT-OSS), head_mask                          |                                               |
+  | head_mask; sinks that require grad while grad  | fallback: the eager formula (with softcap and |
+  |   is enabled (the kernels' backward has none)  |   sinks, as transformers' eager)              |
 
 Every fallback is counted with its reason: `fallback_counts()`, `reset_counters()`,
 `call_counts()` (calls per route); `python -m task7.models` prints and records them.
@@ -337,6 +341,9 @@ def _kernel_refusal(query, key, value) -> str | None:
         return f"head_dim {head_dim} (kernels: {limits.describe()})"
     if key.shape[-1] != head_dim or value.shape[-1] != head_dim:
         return "key/value head_dim differs from the query's"
+    if head_dim > limits.BACKWARD_MAX_HEAD_DIM and torch.is_grad_enabled() and any(
+            t.requires_grad for t in (query, key, value)):
+        return f"head_dim {head_dim} with a gradient (backward: up to {limits.BACKWARD_MAX_HEAD_DIM})"
     return None
 
 
@@ -435,14 +442,14 @@ def course_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     training = bool(getattr(module, "training", False))
     dropout = float(dropout or 0.0) if training else 0.0
     softcap, s_aux = kwargs.get("softcap"), kwargs.get("s_aux")
+    if "softcap" not in kwargs:     # a model that keeps it in its config only
+        softcap = getattr(getattr(module, "config", None), "attn_logit_softcapping", None)
     head_mask = kwargs.get("head_mask")
     position_bias = kwargs.get("position_bias")
 
     reason = None
-    if softcap is not None:
-        reason = "softcap"
-    elif s_aux is not None:
-        reason = "attention sinks (s_aux)"
+    if s_aux is not None and s_aux.requires_grad and torch.is_grad_enabled():
+        reason = "attention sinks (s_aux) that require grad"
     elif head_mask is not None:
         reason = "head_mask"
     elif dropout > 0:
@@ -475,14 +482,22 @@ def course_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
         return out.transpose(1, 2).contiguous(), None
 
     _ROUTES[plan.kind] += 1
-    # The kernels scale by 1/sqrt(D); another scale (GPT-2's scale_attn_by_inverse_layer_idx,
-    # scale_attn_weights=False) is applied to q first: every score gets the same factor.
+    # The kernels scale by 1/sqrt(D) unless given another scale (Gemma's query_pre_attn_scalar,
+    # GPT-2's scale_attn_by_inverse_layer_idx or scale_attn_weights=False): scale= then, so
+    # that q is not rounded once more. Softcap (Gemma 2: the scaled scores -> c * tanh(s / c))
+    # and sinks (GPT-OSS's s_aux, [H_q]: exp(sink) joins each row's denominator) go to the
+    # kernels as they are.
+    scores = {}
     if not math.isclose(scaling, default_scale, rel_tol=1e-9):
-        query = query * (scaling / default_scale)
+        scores["scale"] = scaling
+    if softcap is not None:
+        scores["softcap"] = float(softcap)
+    if s_aux is not None:
+        scores["sinks"] = s_aux.detach().reshape(-1)
     if plan.key_len is not None:
         key, value = key[:, :, :plan.key_len], value[:, :, :plan.key_len]
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
-    out = _attention_entry()(query, key, value, **plan.kernel_kwargs())
+    out = _attention_entry()(query, key, value, **plan.kernel_kwargs(), **scores)
     return out.transpose(1, 2).contiguous(), None
 
 

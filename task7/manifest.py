@@ -20,7 +20,7 @@ SECTION = Section(
 
 # `python -m task7.models --record`: transformers models on our kernels through the
 # attention interface (task7/hf_attention.py), one row per model and case.
-HF_MODELS = ("gpt2", "llama", "mistral", "qwen2")
+HF_MODELS = ("gpt2", "llama", "mistral", "qwen2", "gemma2", "gemma3", "gptoss", "phi3")
 HF_CASES = ("single", "padded")
 HF_FIELDS = ("fallbacks", "tokens_equal", "chunked_ok", "fp16_logits_ok", "fp16_logits_err",
              "tbt_ms", "sdpa_tbt_ms", "tbt_speedup")

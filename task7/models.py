@@ -1,4 +1,5 @@
-"""GPT-2, Llama, Mistral and Qwen2 from transformers on our kernels: offline, seeded, checked.
+"""GPT-2, Llama, Mistral, Qwen2, Gemma-2, Gemma-3, GPT-OSS and Phi-3 from transformers on our
+kernels: offline, seeded, checked.
 
     python -m task7.models --model all                   # every model, single + padded, CPU or GPU
     python -m task7.models --model mistral --padded      # one model, the left-padded batch only
@@ -10,11 +11,22 @@ shaped like the real thing where it matters for attention:
     llama    8 query heads / 2 KV heads (4:1 GQA, as Llama-3), head_dim 32, RoPE
     mistral  8 / 2 heads, sliding window 16 (shorter than every prompt)
     qwen2    14 query heads / 2 KV heads (7:1 GQA, as Qwen2-0.5B), q/k/v biases
+    gemma2   4 / 2 heads of 256, attention logits soft-capped at 50, sliding and full layers
+             alternating (window 16; the real one is 4096), query_pre_attn_scalar 224 (a
+             softmax scale other than 1/sqrt(D)), final logit softcap 30
+    gemma3   4 / 2 heads of 256, a sliding layer (window 20; the real ones are 512-1024) then a
+             full one, query_pre_attn_scalar 192, q/k norms
+    gptoss   8 / 2 heads of 64 with attention sinks (s_aux), sliding and full layers
+             alternating (window 12; the real one is 128), a mixture of 4 experts
+    phi3     4 heads of 96 (Phi-3-mini's head_dim), MHA, fused qkv projection
+(Windows are shortened, as Mistral's, so that they cut into every prompt.)
 Cases: "single" (one prompt of 48 tokens) and "padded" (3 prompts of 48, 37 and 23 tokens,
 left-padded into one batch, as transformers batches generation).
 
-For every model and case it runs stock `model.generate` (greedy) with
-attn_implementation="sdpa" and with "course_kernels" (task7/hf_attention.py) and prints:
+For every model and case it runs stock `model.generate` (greedy) with the implementation
+transformers uses for the model, "sdpa" or, where the model does not support it, "eager"
+(Gemma-2: SDPA has no softcap; GPT-OSS: no sinks; REFERENCE_ATTENTION), and with
+"course_kernels" (task7/hf_attention.py); "sdpa" below means that reference. It prints:
   * fallbacks   attention calls that did not run on our kernels (0 is the target), by reason;
   * tokens      fp32 greedy ids over --new-tokens (40) identical to sdpa's (1/0), and the
                 largest logit difference over every step (informative);
@@ -62,6 +74,10 @@ VOCAB = 1024
 SEED = 0
 PROMPT_SEED = 1234
 MISTRAL_WINDOW = 16
+GEMMA2_WINDOW, GEMMA3_WINDOW, GPTOSS_WINDOW = 16, 20, 12
+# The implementation each model is checked against: what transformers runs for it (Gemma-2
+# and GPT-OSS do not support SDPA: softcap, sinks), "sdpa" for every other model.
+REFERENCE_ATTENTION = {"gemma2": "eager", "gptoss": "eager"}
 # Random weights at this scale make attention peaked (scores of a few units) and the logits'
 # top-2 gaps far above fp32 rounding, so a wrong mask changes tokens and ties do not.
 INIT_RANGE = 0.1
@@ -96,7 +112,31 @@ def model_config(name: str):
         decoder.update(hidden_size=448, intermediate_size=896, num_attention_heads=14,
                        num_key_value_heads=2)
         return tf.Qwen2Config(**decoder)
+    alternating = ["sliding_attention", "full_attention"]
+    if name == "gemma2":
+        decoder.update(num_attention_heads=4, head_dim=256)
+        return tf.Gemma2Config(sliding_window=GEMMA2_WINDOW, layer_types=alternating,
+                               attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                               query_pre_attn_scalar=224, **decoder)
+    if name == "gemma3":
+        decoder.update(num_attention_heads=4, head_dim=256)
+        return tf.Gemma3TextConfig(sliding_window=GEMMA3_WINDOW, layer_types=alternating,
+                                   query_pre_attn_scalar=192, **decoder)
+    if name == "gptoss":
+        decoder.update(head_dim=64, intermediate_size=256)
+        return tf.GptOssConfig(sliding_window=GPTOSS_WINDOW, layer_types=alternating,
+                               num_local_experts=4, num_experts_per_tok=2, **decoder)
+    if name == "phi3":
+        decoder.update(hidden_size=384, intermediate_size=768, num_attention_heads=4,
+                       num_key_value_heads=4)
+        del decoder["head_dim"]           # Phi-3 derives it: 384 / 4 = 96
+        return tf.Phi3Config(**decoder)
     raise ValueError(f"Unknown model {name!r}; choose one of {', '.join(MODELS)} or all.")
+
+
+def reference_attention(name: str) -> str:
+    """The attention implementation `name` is checked against ("sdpa" or "eager")."""
+    return REFERENCE_ATTENTION.get(name, "sdpa")
 
 
 def build_model(name: str, seed: int = SEED, device="cpu", dtype=torch.float32):
@@ -105,7 +145,7 @@ def build_model(name: str, seed: int = SEED, device="cpu", dtype=torch.float32):
 
     config = model_config(name)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=reference_attention(name))
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -184,11 +224,13 @@ def _counted(fn):
 
 
 @torch.no_grad()
-def chunked_logits_check(model, ids, mask, split: int) -> tuple[bool, float, int]:
-    """Prompt in two chunks through a DynamicCache on our kernels vs one pass with sdpa.
+def chunked_logits_check(model, ids, mask, split: int,
+                         reference: str = "sdpa") -> tuple[bool, float, int]:
+    """Prompt in two chunks through a DynamicCache on our kernels vs one pass with the
+    reference implementation (sdpa, or eager where the model has no sdpa).
 
     Returns (within fp32 rounding, max |diff| of the second chunk's logits, fallbacks)."""
-    set_attention(model, "sdpa")
+    set_attention(model, reference)
     full = model(input_ids=ids, attention_mask=mask).logits[:, split:].float()
     use_course_attention(model)
     hf_attention.reset_counters()
@@ -214,11 +256,12 @@ def run_case(name: str, case: str, *, device, new_tokens: int = NEW_TOKENS,
              timing_dtype: torch.dtype | None = None, fp16: bool = True,
              timing: bool = True, seed: int = SEED) -> CaseResult:
     result = CaseResult(name, case)
+    reference = reference_attention(name)
     model = build_model(name, seed, device)
     ids, mask = prompts(case, device, model.config.vocab_size)
 
-    # fp32 greedy: stock sdpa vs ours
-    ref_ids, ref_logits, ref_timing = _generate(model, ids, mask, new_tokens, "sdpa")
+    # fp32 greedy: stock sdpa (or eager) vs ours
+    ref_ids, ref_logits, ref_timing = _generate(model, ids, mask, new_tokens, reference)
     (ours_ids, ours_logits, ours_timing), result.fallbacks, result.fallback_reasons, result.routes = (
         _counted(lambda: _generate(model, ids, mask, new_tokens, NAME)))
     result.tokens_equal = ours_ids.shape == ref_ids.shape and torch.equal(ours_ids.cpu(),
@@ -231,13 +274,13 @@ def run_case(name: str, case: str, *, device, new_tokens: int = NEW_TOKENS,
     # continuation after a cache: split inside every prompt (and, for Mistral, past the window)
     split = ids.shape[1] - 17
     result.chunked_ok, result.chunked_diff, result.chunked_fallbacks = chunked_logits_check(
-        model, ids, mask, split)
+        model, ids, mask, split, reference)
 
     # fp16 first-step logits
     if fp16:
         ref32 = ref_logits[0]
         half = build_model(name, seed, device, torch.float16)
-        _, sdpa16, _ = _generate(half, ids, mask, 1, "sdpa")
+        _, sdpa16, _ = _generate(half, ids, mask, 1, reference)
         (res16, fb16, reasons16, _) = _counted(lambda: _generate(half, ids, mask, 1, NAME))
         result.fallbacks += fb16
         for k, v in reasons16.items():
@@ -260,11 +303,11 @@ def run_case(name: str, case: str, *, device, new_tokens: int = NEW_TOKENS,
         else:
             timed = build_model(name, seed, device, dtype)
             tbt = {}
-            for attn in ("sdpa", NAME, "sdpa", NAME):   # interleaved; the second of each kept
+            for attn in (reference, NAME, reference, NAME):   # interleaved; the second kept
                 _generate(timed, ids, mask, WARMUP_TOKENS, attn, logits=False)
                 _, _, t = _generate(timed, ids, mask, new_tokens, attn, logits=False)
                 tbt[attn] = _median_tbt(t)
-            result.sdpa_tbt_ms, result.tbt_ms = tbt["sdpa"], tbt[NAME]
+            result.sdpa_tbt_ms, result.tbt_ms = tbt[reference], tbt[NAME]
     return result
 
 
@@ -326,7 +369,7 @@ def main(argv=None) -> int:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (PyTorch twin)"
     print(f"[task7.models] {where}, torch {torch.__version__}, transformers "
           f"{transformers.__version__}; greedy {args.new_tokens} tokens, attn "
-          f"{NAME!r} vs 'sdpa'")
+          f"{NAME!r} vs 'sdpa' ('eager' for {', '.join(sorted(REFERENCE_ATTENTION))})")
     from common.build import BuildError
 
     if device.type == "cpu":

@@ -1,7 +1,8 @@
 """transformers models on our kernels (task7/hf_attention.py, task7/models.py).
 
 CPU tests run the routing with task5.attention.attention's PyTorch twin: every model and case
-with 0 fallbacks and sdpa's fp32 greedy tokens, continuation after a cache, the plan chosen for
+with 0 fallbacks and the reference's fp32 greedy tokens (sdpa; eager for Gemma-2 and GPT-OSS,
+which transformers runs on eager: softcap, sinks), continuation after a cache, the plan chosen for
 each kind of mask transformers builds, and the fallback counter. GPU tests run the same on the
 kernels, fp16 included.
 """
@@ -87,11 +88,12 @@ def test_model_on_the_routing_cpu(model, case, one_thread):
 def _kernel_contract(q, k, v, *, causal, window, mask, key_lengths, left_padding, **rest):
     """What task5.attention.attention's CUDA path accepts (checked here on the CPU, where its
     twin would accept more): window None or >= 1, key_lengths int32 [B] in [0, S_k], a bool
-    or fp32/q-dtype mask broadcastable to [B, H_q, S_q, S_k], one dtype, contiguous last dims."""
+    or fp32/q-dtype mask broadcastable to [B, H_q, S_q, S_k], one dtype, contiguous last dims;
+    softcap and scale positive floats, sinks a float [H_q] tensor on q's device, no grad."""
     batch, heads_q, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
     assert window is None or (isinstance(window, int) and window >= 1), window
-    assert q.dtype == k.dtype == v.dtype and head_dim % 8 == 0 and head_dim <= 128
+    assert q.dtype == k.dtype == v.dtype and head_dim % 8 == 0 and head_dim <= 256
     assert heads_q % k.shape[1] == 0 and all(t.stride(-1) == 1 for t in (q, k, v))
     if key_lengths is not None:
         assert key_lengths.dtype == torch.int32 and key_lengths.shape == (batch,)
@@ -100,9 +102,16 @@ def _kernel_contract(q, k, v, *, causal, window, mask, key_lengths, left_padding
         assert mask.dtype in (torch.bool, torch.float32, q.dtype), mask.dtype
         torch.broadcast_shapes(mask.shape, (batch, heads_q, seq_q, seq_k))
         assert mask.dim() == 4
+    assert set(rest) <= {"softcap", "sinks", "scale"}, rest
+    assert rest.get("softcap") is None or (isinstance(rest["softcap"], float) and rest["softcap"] > 0)
+    assert rest.get("scale") is None or (isinstance(rest["scale"], float) and rest["scale"] > 0)
+    sinks = rest.get("sinks")
+    assert sinks is None or (sinks.shape == (heads_q,) and sinks.is_floating_point()
+                             and sinks.device == q.device and not sinks.requires_grad)
 
 
-@pytest.mark.parametrize("model,case", [("mistral", "padded"), ("qwen2", "single")])
+@pytest.mark.parametrize("model,case", [("mistral", "padded"), ("qwen2", "single"),
+                                        ("gemma2", "padded"), ("gptoss", "single")])
 def test_kernel_arguments_keep_the_cuda_contract(model, case, one_thread, monkeypatch):
     import task5.attention as entry
 
@@ -116,6 +125,11 @@ def test_kernel_arguments_keep_the_cuda_contract(model, case, one_thread, monkey
     monkeypatch.setattr(entry, "attention", checked)
     r = models.run_case(model, case, device="cpu", new_tokens=6, fp16=False, timing=False)
     assert r.tokens_equal and seen
+    if model == "gemma2":     # softcap 50 and query_pre_attn_scalar 224 reach the kernels
+        assert all(kw["softcap"] == 50.0 and kw["scale"] == pytest.approx(224 ** -0.5)
+                   for kw in seen)
+    if model == "gptoss":     # every call carries its layer's sinks
+        assert all(kw["sinks"].shape == (8,) for kw in seen)
     # the mask route too: a static cache of 28 holding a prompt of 21, sequence 1 padded by 6
     padded = torch.zeros(2, 28, dtype=torch.bool)
     padded[0, :21] = True
@@ -340,33 +354,40 @@ def test_fallbacks_are_counted_with_their_reason():
     _attend(q, k, v, None)
     assert hf_attention.fallback_total() == 0 and hf_attention.call_counts() == {"structured": 1}
 
-    # softcap (Gemma 2): the eager formula, which SDPA cannot do either
+    # softcap (Gemma 2): on the kernels now, transformers' eager formula
     out = _attend(q, k, v, None, softcap=2.0)
     kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
     scores = torch.tanh((q @ kk.transpose(-1, -2)) / 32 ** 0.5 / 2.0) * 2.0
     scores = scores.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), float("-inf"))
     assert torch.allclose(out, torch.softmax(scores, -1) @ vv, atol=1e-5)
+    assert hf_attention.fallback_total() == 0
 
     _attend(q, k, v, None, dropout=0.5, training=True)      # dropout while training
     _attend(q, k, v, None, dropout=0.5, training=False)     # eval: no dropout, kernels
     q9, k9, v9 = _qkv(1, 2, 2, 3, 3, head_dim=12)           # head_dim not a multiple of 8
     _attend(q9, k9, v9, None)
-    sinks = torch.zeros(4)
-    _attend(q, k, v, None, s_aux=sinks)
+    q264, k264, v264 = _qkv(1, 2, 2, 3, 3, head_dim=264)    # past the kernels' 256
+    _attend(q264, k264, v264, None)
+    _attend(q, k, v, None, s_aux=torch.zeros(4))            # sinks: kernels
+    with torch.enable_grad():                               # sinks that need a gradient
+        _attend(q, k, v, None, s_aux=torch.zeros(4, requires_grad=True))
     counts = hf_attention.fallback_counts()
-    assert counts.pop("softcap") == 1 and counts.pop("dropout in training") == 1
-    assert counts.pop("attention sinks (s_aux)") == 1
-    assert [k for k in counts] == ["head_dim 12 (kernels: a multiple of 8 up to 128)"]
+    assert counts.pop("dropout in training") == 1
+    assert counts.pop("attention sinks (s_aux) that require grad") == 1
+    assert sorted(counts) == ["head_dim 12 (kernels: a multiple of 8 up to 256)",
+                              "head_dim 264 (kernels: a multiple of 8 up to 256)"]
     assert hf_attention.fallback_total() == 4
-    assert hf_attention.call_counts()["structured"] == 2
+    assert hf_attention.call_counts()["structured"] == 4
     hf_attention.reset_counters()
     assert hf_attention.fallback_total() == 0 and hf_attention.call_counts() == {}
 
 
-def test_sinks_fallback_is_gpt_oss_eager():
+def test_sinks_are_gpt_oss_eager():
+    hf_attention.reset_counters()
     q, k, v = _qkv(1, 4, 2, 5, 5)
     sinks = torch.randn(4, generator=torch.Generator().manual_seed(3))
     out = _attend(q, k, v, None, s_aux=sinks)
+    assert hf_attention.fallback_total() == 0
     kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
     scores = (q @ kk.transpose(-1, -2)) / 32 ** 0.5
     scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf"))

@@ -11,16 +11,19 @@ from common.tools import compile_check
 
 
 def test_supports_and_the_sentence():
-    assert limits.supports(128) and limits.supports(8) and limits.supports(64)
-    assert not limits.supports(136) and not limits.supports(12) and not limits.supports(0)
+    for head_dim in (8, 64, 96, 128, 136, 160, 192, 200, 256):
+        assert limits.supports(head_dim), head_dim
+    assert not limits.supports(264) and not limits.supports(12) and not limits.supports(0)
     assert limits.unsupported_reason(64) is None
-    with pytest.raises(ValueError, match="head_dim 256 is not a multiple of 8 up to 128"):
-        limits.check_head_dim(256, "use more heads")
+    with pytest.raises(ValueError, match="head_dim 264 is not a multiple of 8 up to 256"):
+        limits.check_head_dim(264, "use more heads")
+    assert limits.BACKWARD_MAX_HEAD_DIM <= limits.MAX_HEAD_DIM
 
 
 def test_every_build_gets_the_defines():
     flags = [f"-DATTN_MAX_HEAD_DIM={limits.MAX_HEAD_DIM}",
              f"-DATTN_HEAD_DIM_MULTIPLE={limits.HEAD_DIM_MULTIPLE}",
+             f"-DATTN_BACKWARD_MAX_HEAD_DIM={limits.BACKWARD_MAX_HEAD_DIM}",
              f"-DATTN_DECODE_LINEAR_MAX_ROWS={limits.DECODE_LINEAR_MAX_ROWS}",
              f"-DATTN_NORM_MAX_THREADS={limits.NORM_MAX_THREADS}",
              f"-DATTN_NORM_MAX_PIECES_PER_THREAD={limits.NORM_MAX_PIECES_PER_THREAD}"]

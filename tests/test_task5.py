@@ -104,8 +104,8 @@ def test_module_argument_checks_need_no_gpu():
     weights = [torch.randn(hidden, hidden) for _ in range(4)]
     with pytest.raises(ValueError, match="divisible"):
         attention.CustomFlashAttention(*weights, hidden, 5)
-    with pytest.raises(ValueError, match="128"):
-        attention.CustomFlashAttention(*weights[:4], 272, 2)
+    with pytest.raises(ValueError, match="256"):
+        attention.CustomFlashAttention(*weights[:4], 528, 2)
     module = attention.CustomFlashAttention(*weights, hidden, heads)
     cache = attention.allocate_kv_cache(2, 8, hidden, torch.float32, "cpu")
     with pytest.raises(ValueError, match="one new token"):

@@ -111,18 +111,20 @@ inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) 
 // The kernels' limits: defined once, in common/limits.py, and passed to every build by
 // common.build as -D defines (the Python side imports the same module).
 #if !defined(ATTN_MAX_HEAD_DIM) || !defined(ATTN_HEAD_DIM_MULTIPLE) || \
+    !defined(ATTN_BACKWARD_MAX_HEAD_DIM) || \
     !defined(ATTN_DECODE_LINEAR_MAX_ROWS) || !defined(ATTN_NORM_MAX_THREADS) || \
     !defined(ATTN_NORM_MAX_PIECES_PER_THREAD)
 #error "The kernels' limits (ATTN_MAX_HEAD_DIM, ...) are undefined: build through common.build (python -m taskN.compile), which passes common/limits.py's values"
 #endif
 constexpr int kMaxHeadDim = ATTN_MAX_HEAD_DIM;
 constexpr int kHeadDimMultiple = ATTN_HEAD_DIM_MULTIPLE;
+constexpr int kBackwardMaxHeadDim = ATTN_BACKWARD_MAX_HEAD_DIM;  // task4/flash_backward.cu
 
 inline void check_head_dim(int64_t head_dim) {
   TORCH_CHECK_VALUE(head_dim > 0 && head_dim <= kMaxHeadDim && head_dim % kHeadDimMultiple == 0,
                     attn::str("head_dim ", head_dim, " is not supported: the kernels take a multiple of ",
                     kHeadDimMultiple, " up to ", kMaxHeadDim, " (registers and shared memory are sized "
-                    "for ", kMaxHeadDim, "; rows move in 16-byte pieces); split the heads, pad "
+                    "for it; rows move in 16-byte pieces); split the heads, pad "
                     "head_dim, or use torch's scaled_dot_product_attention."));
 }
 
