@@ -11,8 +11,9 @@
 // overlapping P V), 5 (4 + the consumers taking turns). Writes `out` when
 // given; `lse` ([B, H_q, S_q] float32) receives each row's base-2 log-sum-exp; `scale` is the
 // softmax scale (None = 1/sqrt(D)).
-// The variants of common/variants.py but a mask tensor and a stride (window, key_lengths,
-// left_padding, softcap, sinks) run the general instantiation of versions 2 and 5 (6 as 5).
+// The variants of common/variants.py but a stride (window, mask, key_lengths, left_padding,
+// softcap, sinks) run the general instantiation of versions 2 and 5 (6 as 5); a mask tensor
+// runs on v5, summarised per tile first (empty key tiles are never loaded).
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                      int64_t version, std::optional<torch::Tensor> out,
                                      std::optional<torch::Tensor> lse, std::optional<double> scale,
