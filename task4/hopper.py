@@ -9,9 +9,11 @@ extension `custom_flash_attention_hopper` built for sm_90a only.
 loads, 2 = TMA + mbarrier pipeline, 3 = warp-specialized producer/consumer warpgroups, 4 = 3 with
 each consumer's softmax overlapping its own P V product, 5 = 4 with the two consumers taking
 turns at the tensor cores (ping-pong), 6 = 5 with three consumer warpgroups (head_dim 64 only).
-Cases the kernel does not take (other head dims, window, stride, mask tensor, key lengths,
-fp32, unaligned strides) are refused by `supports`; callers fall back to the mma.sync kernel
-(task4.attention.flash_attention).
+Cases the kernel does not take (other head dims, a stride, fp32, unaligned strides) are refused
+by `supports`; callers fall back to the mma.sync kernel (task4.attention.flash_attention).
+Windows, key lengths, mask tensors (bool or additive, summarised per 128 x 128 tile so that
+empty tiles are skipped; on version 5 whichever was asked), softcap, sinks and a scale run its
+general predicate (versions 2 and 5).
 
 Build: `python -m task4.hopper` (or the first call) JIT-builds it like common.build's
 load_extension (same flags, include folder, build-folder naming, flock), but always for
@@ -107,11 +109,14 @@ def _load_for_arch(name: str, sources: list[str], arch: str, verbose: bool = Fal
 
 def supports(q, k, v, out=None, *, stride: int = 1, mask=None) -> bool:
     """Whether flash_attention_hopper takes these inputs here (never raises). Windows, key
-    lengths, softcap, sinks and a scale are taken; a mask tensor or a stride (a per-key
-    predicate) is not; then the dtype, head_dim, the GPU and the strides decide."""
+    lengths, mask tensors (bool or additive, on q's device), softcap, sinks and a scale are
+    taken; a stride (a per-key predicate) is not; then the dtype, head_dim, the GPU and the
+    strides decide."""
     if not available() or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return False
-    if q.dtype not in HALF_DTYPES or stride != 1 or mask is not None:
+    if q.dtype not in HALF_DTYPES or stride != 1:
+        return False
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.device != q.device):
         return False
     try:
         ext = load()
@@ -129,9 +134,9 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
                            softcap: float | None = None,
                            sinks: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v on the Hopper kernel (scale None = 1/sqrt(D)); q [B, H_q, S_q, D],
-    k/v [B, H_kv, S_k, D], with the variants of common/variants.py but a mask tensor and a
-    stride (versions 2, 5 and 6 take them: a window, key lengths, softcap or sinks run the
-    general predicate).
+    k/v [B, H_kv, S_k, D], with the variants of common/variants.py but a stride (versions 2, 5
+    and 6 take them: a window, key lengths, a mask tensor, softcap or sinks run the general
+    predicate).
 
     Returns a new [B, H_q, S_q, D] tensor or writes `out`. Inputs it does not take raise
     ValueError / TypeError naming why (check `supports` first to fall back instead).
