@@ -1618,8 +1618,9 @@ CUtensorMap make_tensor_map(const torch::Tensor& t, int box_rows) {
 
 // The summary of p's mask tensor for tiles of `rows` query rows (the CTA's kBlockM) and
 // kBlockN keys, on `stream`: fills p.tile_summary and its strides, and returns the tensor that
-// holds it (the caller keeps it until the attention kernel is launched on the same stream: the
-// caching allocator reuses it only after that).
+// holds it, [mask batches, mask heads, query tiles, key tiles] (the caller keeps it until the
+// attention kernel is launched on the same stream: the caching allocator reuses it only after
+// that). p.seq_q, p.seq_k and p.mask are the caller's.
 torch::Tensor build_tile_summary(hopper_attn::Params& p, int rows, int cols, const torch::Tensor& q,
                                  cudaStream_t stream) {
   const attn::MaskParams& m = p.mask;
@@ -1653,7 +1654,7 @@ torch::Tensor build_tile_summary(hopper_attn::Params& p, int rows, int cols, con
           m, out, mask_heads, q_tiles, k_tiles, rows, blocks);
   }
   attn::check_launch("tile_summary_kernel");
-  return summary;
+  return summary.view({mask_batches, mask_heads, q_tiles, k_tiles});
 }
 
 template <typename Element, typename Cfg>
@@ -1733,6 +1734,26 @@ bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
   } catch (...) {
     return false;
   }
+}
+
+// The per-tile summary flash_attention_hopper builds for `mask` (for the tests): uint8
+// [mask batches, mask heads, ceil(S_q / block_m), ceil(S_k / 128)] of TileKind values (0 empty,
+// 1 wholly visible with no bias, 2 partial), q [B, H_q, S_q, D] and k [B, H_kv, S_k, D] giving
+// the sizes the mask broadcasts to (a mask dimension of size 1 stays 1).
+torch::Tensor hopper_tile_summary(torch::Tensor q, torch::Tensor k, torch::Tensor mask, int64_t block_m) {
+  attn::check_cuda_tensor(q, "q");
+  attn::check_cuda_tensor(k, "k");
+  attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
+  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
+  TORCH_CHECK_VALUE(block_m >= 1 && block_m <= 1024, attn::str("block_m must be in [1, 1024] but is ",
+                    block_m, "."));
+  c10::cuda::CUDAGuard device_guard(q.device());
+  hopper_attn::Params p;
+  p.seq_q = static_cast<int>(q.size(2));
+  p.seq_k = static_cast<int>(k.size(2));
+  p.mask = attn::make_mask_params(q, k, false, std::nullopt, 1, mask, std::nullopt, false, 1.f);
+  return build_tile_summary(p, static_cast<int>(block_m), hopper_attn::Tile<64, 5>::kBlockN, q,
+                            c10::cuda::getCurrentCUDAStream());
 }
 
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,

@@ -3,6 +3,7 @@ extension `custom_flash_attention_hopper` built for sm_90a only.
 
     available()                                   True only on a compute capability 9.0 GPU
     supports(q, k, v, causal, out=None, ...)      whether the kernel takes these inputs
+    tile_summary(q, k, mask)                      a mask tensor's per-tile summary (the tests')
     flash_attention_hopper(q, k, v, causal=False, version=3, out=None, lse=None, scale=None)
 
 `version` picks a rung of the ladder the kernel file describes: 1 = wgmma with cp.async
@@ -143,6 +144,43 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
     """
     return call_extension(load().flash_attention_hopper, q, k, v, causal, version, out, lse,
                           scale, window, stride, mask, key_lengths, left_padding, softcap, sinks)
+
+
+def tile_summary(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor,
+                 block_m: int = 128) -> torch.Tensor:
+    """The per-tile summary the kernel builds for a mask tensor before it runs (the CUDA
+    tile_summary_kernel): uint8 [mask batches, mask heads, ceil(S_q / block_m), ceil(S_k / 128)];
+    tile_summary_reference says what it holds."""
+    return call_extension(load().hopper_tile_summary, q, k, mask, block_m)
+
+
+def tile_summary_reference(mask: torch.Tensor, seq_q: int, seq_k: int, block_m: int = 128,
+                           block_n: int = 128) -> torch.Tensor:
+    """What tile_summary computes, in PyTorch (any device): for each block of block_m query rows
+    x block_n keys of `mask` (broadcastable to [B, H, seq_q, seq_k], bool True = keep or
+    additive float), 0 when no element keeps its key (the kernel never loads the key tile), 1
+    when every element keeps it with a bias of exactly 0 (no per-element work), 2 otherwise
+    (some dropped, a finite nonzero bias, NaN). Rows >= seq_q and keys >= seq_k are left out.
+    The mask's batch and head dimensions stay as they are (1 where it broadcasts)."""
+    m = mask
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    m = m.expand(m.shape[0], m.shape[1], seq_q, seq_k)
+    keep = m if m.dtype == torch.bool else m != float("-inf")
+    clean = m if m.dtype == torch.bool else m == 0
+    tiles_q, tiles_k = -(-seq_q // block_m), -(-seq_k // block_n)
+    padded = (m.shape[0], m.shape[1], tiles_q * block_m, tiles_k * block_n)
+    keep_p = torch.zeros(padded, dtype=torch.bool, device=m.device)
+    clean_p = torch.ones(padded, dtype=torch.bool, device=m.device)
+    keep_p[..., :seq_q, :seq_k] = keep
+    clean_p[..., :seq_q, :seq_k] = clean
+    blocks = (m.shape[0], m.shape[1], tiles_q, block_m, tiles_k, block_n)
+    any_kept = keep_p.reshape(blocks).any(dim=5).any(dim=3)
+    all_clean = clean_p.reshape(blocks).all(dim=5).all(dim=3)
+    summary = torch.full(any_kept.shape, 2, dtype=torch.uint8, device=m.device)
+    summary[all_clean] = 1
+    summary[~any_kept] = 0
+    return summary
 
 
 if __name__ == "__main__":

@@ -265,6 +265,58 @@ def test_block_sparse_masks_on_the_hopper_kernel(dtype):
     assert_checks(checks)
 
 
+def test_tile_summary_reference_on_hand_built_blocks():
+    """The per-tile summary's definition (task4.hopper.tile_summary_reference, what the kernel's
+    tile_summary_kernel must write) on blocks whose kind is known: 0 nothing kept, 1 all kept
+    with no bias, 2 partial or biased; the edges of S_q, S_k left out; broadcasts kept."""
+    from task4.hopper import tile_summary_reference
+
+    seq_q, seq_k = 200, 300          # 2 x 3 tiles of 128: the last row and column partial
+    keep = torch.zeros(seq_q, seq_k, dtype=torch.bool)
+    keep[:128, :128] = True          # tile (0, 0): all kept
+    keep[:128, 128:256] = True
+    keep[5, 200] = False             # tile (0, 1): one element dropped
+    keep[128:, 256:] = True          # tile (1, 2): all kept (its rows and keys end early)
+    keep[130, 10] = True             # tile (1, 0): one element kept
+    got = tile_summary_reference(keep, seq_q, seq_k)
+    assert got.shape == (1, 1, 2, 3) and got.dtype == torch.uint8
+    assert got[0, 0].tolist() == [[1, 2, 0], [2, 0, 1]]
+    # 64-row tiles: rows 0..63 and 64..127 of tile (0, 1) differ
+    assert tile_summary_reference(keep, seq_q, seq_k, block_m=64)[0, 0, :2].tolist() == [
+        [1, 2, 0], [1, 1, 0]]
+    # additive: -inf drops, 0 keeps, a finite nonzero bias (or NaN) makes the tile partial
+    add = torch.where(keep, 0.0, float("-inf"))
+    add[0, 0] = 0.5                  # tile (0, 0) biased
+    add[129, 257] = float("nan")     # tile (1, 2)
+    add[0, 255] = -0.0               # still clean
+    assert tile_summary_reference(add, seq_q, seq_k)[0, 0].tolist() == [[2, 2, 0], [2, 0, 2]]
+    # a [B, 1, 1, S_k] key-padding mask: batch kept, heads and rows broadcast
+    pad = torch.ones(2, 1, 1, seq_k, dtype=torch.bool)
+    pad[1, :, :, 128:] = False
+    got = tile_summary_reference(pad, seq_q, seq_k)
+    assert got.shape == (2, 1, 2, 3)
+    assert got[0, 0].tolist() == [[1, 1, 1]] * 2 and got[1, 0].tolist() == [[1, 0, 0]] * 2
+
+
+@pytest.mark.gpu
+def test_tile_summary_kernel_matches_its_definition():
+    hopper = _hopper_or_skip()
+    from task4.variants_checks import BLOCK_MASKS, block_sparse_mask
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for b, hq, sq, sk in ((2, 4, 700, 900), (1, 3, 1, 129), (3, 2, 1000, 128)):
+        q = torch.zeros(b, hq, sq, 64, device="cuda", dtype=torch.float16)
+        k = torch.zeros(b, 1, sk, 64, device="cuda", dtype=torch.float16)
+        for kind in BLOCK_MASKS:
+            mask = block_sparse_mask(kind, b, hq, sq, sk, torch.float16, g, "cuda")
+            for block_m in (64, 128):
+                got = hopper.tile_summary(q, k, mask, block_m)
+                want = hopper.tile_summary_reference(mask, sq, sk, block_m)
+                assert torch.equal(got, want), (b, hq, sq, sk, kind, block_m)
+        strided = block_sparse_mask("blocks", b, 1, sk, sq, torch.float16, g, "cuda").transpose(-1, -2)
+        assert torch.equal(hopper.tile_summary(q, k, strided), hopper.tile_summary_reference(strided, sq, sk))
+
+
 def test_the_ladder_records_every_figure_results_md_shows():
     """task4/hopper_ladder.py's metric names are the ones task 4's manifest renders: a table
     of the shape time_ladder returns yields every Metric of the Hopper section, and no other."""
