@@ -119,9 +119,10 @@ def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_le
 # (task4.hopper.routed_version: a table `python -m task4.hopper_ladder --routing` measures and
 # writes; where it has no entry, HOPPER_VERSION below: at 64 the causal mask wastes more of
 # v6's 192-row tiles on the diagonal),
-# with windows, key lengths, softcap, sinks and a scale (its general predicate); what it does
-# not take (a mask tensor or a stride, other head dims, other GPUs, strides the TMA refuses, a
-# failed build, a kernel that is not written yet) stays on the mma.sync kernel. On
+# with windows, key lengths, bool and additive mask tensors, softcap, sinks and a scale (its
+# general predicate; a mask tensor is summarised per tile, so a block-sparse mask costs its
+# visible tiles); what it does not take (a stride, other head dims, other GPUs, strides the TMA
+# refuses, a failed build, a kernel that is not written yet) stays on the mma.sync kernel. On
 # by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`) keeps fp16/bf16 on
 # the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"

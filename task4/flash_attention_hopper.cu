@@ -70,10 +70,14 @@
 // mask semantics are attention_mask.cuh's KeyMask, the predicate the other kernels use:
 // KeyMask<false> (sequence end and causal diagonal) for dense attention, and, instantiated
 // with Tile::kGeneral for versions 2 and 5, sliding windows and key lengths (varlen and left
-// padding) as one interval of visible keys per row, the softcap on every tile's scores and
-// the sinks in the epilogue. Key tiles no row of a CTA sees are never loaded (a window costs
-// its visible tiles) and tiles every row sees whole skip the mask. A mask tensor or a stride
-// (a per-key predicate) stays on the mma.sync kernel. A row with no visible key outputs zeros.
+// padding) as one interval of visible keys per row, the softcap on every tile's scores and the
+// sinks in the epilogue, and on v5 bool and additive mask tensors (broadcastable to [B, H_q,
+// S_q, S_k], read where they are) through a per-tile summary that a small kernel computes
+// first (TileKind: empty tiles are never loaded, tiles wholly visible with no bias skip the
+// mask tensor, the others apply it element by element). Key tiles no row of a CTA sees are never
+// loaded (a window or a block-sparse mask costs its visible tiles) and tiles every row sees
+// whole skip the mask. A stride (a per-key predicate) stays on the mma.sync kernel. A row with
+// no visible key outputs zeros.
 //
 // Sources for the hardware facts (read, not copied; cited where used):
 //   [desc]  CUTLASS include/cute/arch/mma_sm90_desc.hpp: GmmaDescriptor bit fields.
@@ -120,7 +124,31 @@
 
 namespace hopper_attn {
 
-using Params = mma_attn::Params;  // the same parameters as the mma.sync kernel
+// The mma.sync kernel's parameters, plus the per-tile summary of a mask tensor.
+//
+// A mask tensor (bool, or additive float; broadcastable to [B, H_q, S_q, S_k]) is summarised
+// before the attention kernel runs, by tile_summary_kernel below: one byte per (mask batch,
+// mask head, query tile of the CTA's kBlockM rows, key tile of kBlockN keys):
+//   kTileEmpty    no element of the block keeps its key: the tile is never loaded nor computed;
+//   kTileVisible  every element keeps its key with no bias: no per-element work for the mask
+//                 tensor (the interval of windows, causal, key lengths may still need its two
+//                 comparisons per key, CtaWork::needs_mask);
+//   kTilePartial  anything else (some elements dropped, or a finite nonzero bias, or NaN): the
+//                 mask tensor is applied element by element on that tile.
+// Query rows >= S_q and keys >= S_k are left out of a block's summary (the interval masks them).
+// The producer and the consumers walk the same list of key tiles: the interval's tiles, highest
+// first, less the empty ones (visited_tile).
+enum TileKind : int { kTileEmpty = 0, kTileVisible = 1, kTilePartial = 2 };
+
+struct Params : mma_attn::Params {
+  // [mask batches][mask heads][query tiles][key tiles] bytes (TileKind), or nullptr: no mask
+  // tensor (the general v5, Tile::kMaskTensor, gets one whenever p.mask.mask is set; the host
+  // sends a mask tensor to no other instantiation).
+  const uint8_t* tile_summary = nullptr;
+  int64_t summary_batch_stride = 0;  // bytes between batches' summaries; 0: broadcast mask
+  int64_t summary_head_stride = 0;   // bytes between heads' summaries; 0: broadcast mask
+  int summary_key_tiles = 0;         // key tiles per query tile (ceil(S_k / kBlockN))
+};
 
 // ---------------------------------------------------------------------------------------
 // Tile configuration
@@ -138,6 +166,10 @@ struct Tile {
   // and tile, inlined in the key loop of every general kernel, cost the kernels that never
   // use it 5-7% (Results.md, "The Hopper kernel on the variants").
   static constexpr bool kSoftcap = kSoftcap_;
+  // A mask tensor (through its per-tile summary) runs on the general v5 alone: v2's one
+  // warpgroup has no registers to spare for the mask's loads (at head_dim 64 three v2 CTAs
+  // share an SM at <= 168 registers a thread; with the loads ptxas spilled there).
+  static constexpr bool kMaskTensor = kGeneral && kVersion == 5;
   static constexpr bool kTma = kVersion >= 2;
   static constexpr bool kWarpSpecialized = kVersion >= 3;
   static constexpr bool kIntraOverlap = kVersion >= 4;  // softmax[j] overlaps P[j-1] V[j-1]
@@ -145,6 +177,7 @@ struct Tile {
   // Warpgroups that compute: 1, then 2; v6 (head_dim 64 only) 3, each at 160 registers.
   static constexpr int kConsumers = kVersion >= 6 ? 3 : kWarpSpecialized ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
+
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
   static constexpr int kBlockN = 128;              // keys per tile
   static constexpr int kStages = kTma ? 2 : 1;     // K/V buffers in the ring
@@ -696,25 +729,38 @@ __device__ __forceinline__ void compute_scores(float (&s)[Cfg::kBlockN / 2], uin
 
 // The mask (sequence end, causal diagonal) on a tile that needs it: keys a row may not see
 // get -inf. `row0` is the query index of this thread's row g, `col0` the key index of its
-// column 2q of chunk 0.
-template <typename Cfg>
+// column 2q of chunk 0. The general predicate: each row's visible keys are one interval
+// (windows, key lengths, causal: two comparisons per key), and with kMaskKind (a tile the
+// summary calls partial) the mask tensor's element of each key inside it: -inf drops the key,
+// an additive value is added in the kernel's score units (mask_scale), as KeyMask::apply.
+template <typename Cfg, int kMaskKind = attn::kNoMask>
 __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
                                            const attn::KeyMask<Cfg::kGeneral>& mask, int row0, int col0) {
   // BEGIN SOLUTION kernel
   // HINT: s[4c + 2h + e] is row row0 + 8h, key col0 + 8c + e: mask.apply each.
   if constexpr (Cfg::kGeneral) {
-    // Windows, key lengths, causal: each row's visible keys are one interval, two comparisons
-    // per key. (No mask tensor or stride here, the host refuses them: their per-key predicate
-    // made v5's consumers spill, ptxas says; they run on the mma.sync kernel.)
+    // (A stride, the one per-key predicate left, is refused by the host: it runs on the
+    // mma.sync kernel.)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int2 keys = mask.visible_keys(row0 + 8 * h);
+      const int row = row0 + 8 * h;
+      const int2 keys = mask.visible_keys(row);
+      // Rows >= S_q (the padding of the last query tile, never stored) read no mask element.
+      const bool read_tensor = kMaskKind != attn::kNoMask && row < mask.seq_q;
+      const int64_t row_offset = static_cast<int64_t>(row) * mask.mask_stride_q;
 #pragma unroll
       for (int c = 0; c < Cfg::kBlockN / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int key = col0 + 8 * c + e;
-          if (key < keys.x || key >= keys.y) s[4 * c + 2 * h + e] = -INFINITY;
+          float& score = s[4 * c + 2 * h + e];
+          if (key < keys.x || key >= keys.y) {
+            score = -INFINITY;
+          } else if (read_tensor) {  // key < S_k here: the element exists
+            const float bias = attn::mask_value(mask.mask_head, kMaskKind, row_offset + key * mask.mask_stride_k);
+            if (bias == -INFINITY) score = -INFINITY;
+            else if (kMaskKind != attn::kBoolMask) score = fmaf(bias, mask.mask_scale, score);
+          }
         }
     }
     return;
@@ -908,13 +954,19 @@ struct CtaWork {
   int64_t bh, batch, head, kv_head;
   int m_start;         // first query row of the CTA tile
   int n_first;         // the lowest key tile any row of the CTA sees (a window's, left padding's)
-  int n_tiles;         // key tiles visited: n_block = n_first + n_tiles - 1 down to n_first
+  int n_tiles;         // key tiles of the interval: n_block = n_first + n_tiles - 1 down to n_first
   int unmasked_begin;  // key tiles in [unmasked_begin, unmasked_end) are visible to every row
-  int unmasked_end;    // with no bias: no mask there
-  // Key tile of the j-th step (highest first: the masked tiles at the diagonal come first).
+  int unmasked_end;    // with no bias, as far as the interval goes (the summary says the rest)
+  // The mask tensor's summary of this CTA's query tile: key tile n's TileKind at summary[n];
+  // nullptr without a mask tensor (then every tile of the interval is visited).
+  const uint8_t* summary;
+  // Key tile of the j-th step of the interval (highest first: the masked tiles at the
+  // diagonal come first).
   __device__ __forceinline__ int n_block(int j) const { return n_first + n_tiles - 1 - j; }
-  __device__ __forceinline__ bool needs_mask(int n_block) const {
-    return n_block >= unmasked_end || n_block < unmasked_begin;
+  // Whether a visited tile needs the per-element predicate: the interval cuts it, or the
+  // summary calls it partial (`kind`, from visited_tile).
+  __device__ __forceinline__ bool needs_mask(int n_block, int kind) const {
+    return n_block >= unmasked_end || n_block < unmasked_begin || kind == kTilePartial;
   }
 };
 
@@ -926,8 +978,18 @@ __device__ __forceinline__ CtaWork cta_work(const Params& p) {
   w.batch = w.bh / p.heads;
   w.head = w.bh % p.heads;
   w.kv_head = w.head / p.kv_group;  // GQA: the query heads of a group share K/V
-  w.m_start = static_cast<int>(gridDim.x - 1 - blockIdx.x) * Cfg::kBlockM;
-  const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
+  const int m_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  w.m_start = m_tile * Cfg::kBlockM;
+  w.summary = nullptr;
+  attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
+  if constexpr (Cfg::kMaskTensor) {
+    if (p.tile_summary != nullptr) {
+      w.summary = p.tile_summary + w.batch * p.summary_batch_stride + w.head * p.summary_head_stride +
+                  static_cast<int64_t>(m_tile) * p.summary_key_tiles;
+      // The summary speaks for the mask tensor: the interval below is the rest of the predicate.
+      mask.mask_head = nullptr;
+    }
+  }
   const int q_last = w.m_start + Cfg::kBlockM - 1;
   // Key tiles that no row of the CTA can see are never loaded (a window costs its tiles).
   w.n_first = max(mask.keys_begin(w.m_start), 0) / Cfg::kBlockN;
@@ -937,6 +999,25 @@ __device__ __forceinline__ CtaWork cta_work(const Params& p) {
   w.unmasked_begin = (unmasked.x + Cfg::kBlockN - 1) / Cfg::kBlockN;
   w.unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / Cfg::kBlockN : 0;
   return w;
+}
+
+// The highest key tile <= n that the CTA visits, or a value below w.n_first when none is left;
+// `kind` gets its TileKind. Without a summary that is n itself (kTileVisible: the interval
+// alone decides); with one, the tiles the summary calls empty are passed over. The producer and
+// the consumers call it on the same arguments, so they walk the same list; the stage and parity
+// counters count visited tiles. (A CTA's row of the summary is a few bytes that stay in L1.)
+template <typename Cfg>
+__device__ __forceinline__ int visited_tile(const CtaWork& w, int n, int& kind) {
+  kind = kTileVisible;
+  if constexpr (Cfg::kMaskTensor) {
+    if (w.summary != nullptr) {
+      for (; n >= w.n_first; --n) {
+        kind = __ldg(w.summary + n);
+        if (kind != kTileEmpty) break;
+      }
+    }
+  }
+  return n;
 }
 
 // What a tile's scores need before the softmax: the softcap (Gemma-2; every tile, before a
@@ -955,20 +1036,33 @@ template <typename Cfg>
 __device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], const Params& p,
                                                const CtaWork& w,
                                                const attn::KeyMask<Cfg::kGeneral>& mask,
-                                               int n_block, int row0, int col_in_tile) {
+                                               int n_block, int kind, int row0, int col_in_tile) {
   if constexpr (Cfg::kSoftcap) {
 #pragma unroll
     for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = softcap_score_fast(s[i], p.mask);
   }
-  if (!w.needs_mask(n_block)) return;
+  if (!w.needs_mask(n_block, kind)) return;
+  const int col0 = n_block * Cfg::kBlockN + col_in_tile;
   if constexpr (Cfg::kGeneral) {
     // The general predicate is rebuilt here, on the tiles that need it, from the kernel's
     // parameters (constant memory): kept live across the key loop its ~17 registers made
     // v5's consumers spill (ptxas), and most tiles need none of them.
     const attn::KeyMask<true> tile_mask(p.mask, w.batch, w.head);
-    apply_mask<Cfg>(s, tile_mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+    // The mask tensor on the tiles its summary calls partial, one instantiation per storage
+    // type (a uniform branch per tile); on the others the interval alone.
+    if constexpr (Cfg::kMaskTensor) {
+      if (kind == kTilePartial && tile_mask.mask_head != nullptr) {
+        switch (tile_mask.mask_kind) {
+          case attn::kBoolMask: return apply_mask<Cfg, attn::kBoolMask>(s, tile_mask, row0, col0);
+          case attn::kFloat32Mask: return apply_mask<Cfg, attn::kFloat32Mask>(s, tile_mask, row0, col0);
+          case attn::kFloat16Mask: return apply_mask<Cfg, attn::kFloat16Mask>(s, tile_mask, row0, col0);
+          default: return apply_mask<Cfg, attn::kBFloat16Mask>(s, tile_mask, row0, col0);
+        }
+      }
+    }
+    apply_mask<Cfg>(s, tile_mask, row0, col0);
   } else {
-    apply_mask<Cfg>(s, mask, row0, n_block * Cfg::kBlockN + col_in_tile);
+    apply_mask<Cfg>(s, mask, row0, col0);
   }
 }
 
@@ -1014,6 +1108,7 @@ __device__ __forceinline__ void attention_v1(const Params& p, unsigned char* sme
   // HINT: Optional extension: Q and K[last] by cp.async, then per key tile (last to first): wait +
   // HINT: fence.proxy.async + barrier, load V, S = Q K^T, mask, wait + barrier, load the next K,
   // HINT: softmax, O += P V; then write_output.
+  static_assert(!Cfg::kGeneral, "v1 runs dense attention only (its K prefetch assumes every tile)");
   constexpr int D = Cfg::kHeadDim;
   const int tid = threadIdx.x;
   const CtaWork w = cta_work<Cfg>(p);
@@ -1048,7 +1143,7 @@ __device__ __forceinline__ void attention_v1(const Params& p, unsigned char* sme
 
     float s[Cfg::kBlockN / 2];
     compute_scores<Element, Cfg>(s, smem.q, smem.k);
-    prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
+    prepare_scores<Cfg>(s, p, w, mask, n_block, kTileVisible, row0, col_in_tile);
 
     // V[n_block] landed, and everyone is done with K[n_block]: K[n_block - 1] loads during
     // the softmax and P V.
@@ -1095,15 +1190,22 @@ __device__ __forceinline__ void attention_v2(const Params& p, unsigned char* sme
     mbarrier_init_fence();
   }
   __syncthreads();
-  // One thread fills the ring: Q, then the first kStages K/V tiles.
+  // One thread fills the ring: Q, then the first kStages K/V tiles. Every thread keeps the
+  // cursor of the next tile to load (n_load: the visited tile kStages ahead of the one computed).
+  int kind;
+  int n_load = visited_tile<Cfg>(w, w.n_block(0), kind);
   if (tid == 0) {
     mbarrier_arrive_expect_tx(smem.q_full(), Cfg::kQBytes);
     load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), w.m_start,
                                                static_cast<int>(w.head), static_cast<int>(w.batch));
-    for (int j = 0; j < kStages && j < w.n_tiles; ++j) {
-      issue_kv_tile<Cfg>(smem.k_stage(j), map_k, smem.k_full(j), w.n_block(j), w);
-      issue_kv_tile<Cfg>(smem.v_stage(j), map_v, smem.v_full(j), w.n_block(j), w);
+  }
+  for (int j = 0; j < kStages && n_load >= w.n_first; ++j) {
+    if (tid == 0) {
+      issue_kv_tile<Cfg>(smem.k_stage(j), map_k, smem.k_full(j), n_load, w);
+      issue_kv_tile<Cfg>(smem.v_stage(j), map_v, smem.v_full(j), n_load, w);
     }
+    int ignored;
+    n_load = visited_tile<Cfg>(w, n_load - 1, ignored);
   }
 
   RowState<Cfg> st;
@@ -1113,26 +1215,31 @@ __device__ __forceinline__ void attention_v2(const Params& p, unsigned char* sme
   const int col_in_tile = 2 * (tid & 3);
 
   mbarrier_wait(smem.q_full(), 0);
-  for (int j = 0; j < w.n_tiles; ++j) {
-    const int n_block = w.n_block(j);
+  int j = 0;
+  for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
+       n_block = visited_tile<Cfg>(w, n_block - 1, kind), ++j) {
     const int stage = j % kStages;
     // Tile j is the (j / kStages)-th use of its stage: that phase's parity.
     const uint32_t parity = (j / kStages) & 1;
+    const bool refill = n_load >= w.n_first;  // a visited tile kStages ahead of this one
     mbarrier_wait(smem.k_full(stage), parity);
     float s[Cfg::kBlockN / 2];
     compute_scores<Element, Cfg>(s, smem.q, smem.k_stage(stage));
-    prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
-    // Every warp is done with K[stage]: refill it with tile j + kStages.
+    prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
+    // Every warp is done with K[stage]: refill it with the visited tile kStages ahead.
     __syncthreads();
-    if (tid == 0 && j + kStages < w.n_tiles)
-      issue_kv_tile<Cfg>(smem.k_stage(stage), map_k, smem.k_full(stage), n_block - kStages, w);
+    if (tid == 0 && refill)
+      issue_kv_tile<Cfg>(smem.k_stage(stage), map_k, smem.k_full(stage), n_load, w);
 
     online_softmax_step<Cfg>(s, st, p.scale_log2);
     mbarrier_wait(smem.v_full(stage), parity);
     compute_pv<Element, Cfg>(st, s, smem.v_stage(stage));
     __syncthreads();
-    if (tid == 0 && j + kStages < w.n_tiles)
-      issue_kv_tile<Cfg>(smem.v_stage(stage), map_v, smem.v_full(stage), n_block - kStages, w);
+    if (refill) {
+      if (tid == 0) issue_kv_tile<Cfg>(smem.v_stage(stage), map_v, smem.v_full(stage), n_load, w);
+      int ignored;
+      n_load = visited_tile<Cfg>(w, n_load - 1, ignored);
+    }
   }
   write_output<Element, Cfg>(p, st, smem.q_ptr, 0, w.m_start, w.bh, w.batch, w.head, tid);
   // END SOLUTION
@@ -1166,8 +1273,10 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   // HINT: V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask + softmax_update,
   // HINT: wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]. Last: O += P V of the last tile.
   constexpr int kStages = Cfg::kStages;
-  const int n_tiles = w.n_tiles;
-  if (n_tiles == 0) return;
+  // The visited key tiles, highest first (visited_tile): j counts them, n_block is the j-th.
+  int kind;
+  int n_block = visited_tile<Cfg>(w, w.n_block(0), kind);
+  if (n_block < w.n_first) return;  // no key tile: zeros (uniform over the CTA)
   auto stage_of = [](int j) { return j % kStages; };
   auto parity_of = [](int j) { return static_cast<uint32_t>((j / kStages) & 1); };
   constexpr int kLast = Cfg::kConsumers - 1;
@@ -1190,43 +1299,60 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   my_turn();
   issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(0));
   end_turn(false);
+  // The next visited tile is looked up while the tensor cores run (the summary's bytes).
+  int next_kind;
+  int next = visited_tile<Cfg>(w, n_block - 1, next_kind);
   wgmma_wait<0>();
   fence_registers(s);
   release_stage(smem.k_empty(0), lane);
-  int n_block = w.n_block(0);
-  prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
+  prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
   softmax_update<Cfg>(s, st, p.scale_log2, correction);
   pack_p<Element, Cfg>(a, s);
 
-  for (int j = 1; j < n_tiles; ++j) {
-    n_block = w.n_block(j);
+  int j = 1;
+  for (; next >= w.n_first; ++j) {
+    n_block = next;
+    kind = next_kind;
     mbarrier_wait(smem.k_full(stage_of(j)), parity_of(j));
     mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
     my_turn();
     issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage_of(j)));
     issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
     end_turn(false);
+    next = visited_tile<Cfg>(w, n_block - 1, next_kind);
     wgmma_wait<1>();  // S[j] is in; P[j-1] V[j-1] may still run
     fence_registers(s);
     release_stage(smem.k_empty(stage_of(j)), lane);
-    prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
-    softmax_update<Cfg>(s, st, p.scale_log2, correction);
-    wgmma_wait<0>();  // O is written and P[j-1]'s fragments are read
-    fence_registers(st.o);
-    fence_registers(a);
-    release_stage(smem.v_empty(stage_of(j - 1)), lane);
+    if (kind == kTilePartial) {
+      // A tile that reads the mask tensor element by element waits for P[j-1] V[j-1] first:
+      // P's fragments are then free for the mask's loads (overlapping both, v5's consumers
+      // spilled, ptxas said). Only the tiles the summary calls partial pay this.
+      wgmma_wait<0>();
+      fence_registers(st.o);
+      fence_registers(a);
+      release_stage(smem.v_empty(stage_of(j - 1)), lane);
+      prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
+      softmax_update<Cfg>(s, st, p.scale_log2, correction);
+    } else {
+      prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
+      softmax_update<Cfg>(s, st, p.scale_log2, correction);
+      wgmma_wait<0>();  // O is written and P[j-1]'s fragments are read
+      fence_registers(st.o);
+      fence_registers(a);
+      release_stage(smem.v_empty(stage_of(j - 1)), lane);
+    }
     rescale_o<Cfg>(st, correction);
     pack_p<Element, Cfg>(a, s);
   }
-  // The last tile's P V.
-  mbarrier_wait(smem.v_full(stage_of(n_tiles - 1)), parity_of(n_tiles - 1));
+  // The last tile's P V (tile j - 1: j tiles were visited).
+  mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
   my_turn();
-  issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(n_tiles - 1)));
+  issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
   end_turn(true);
   wgmma_wait<0>();
   fence_registers(st.o);
   fence_registers(a);
-  release_stage(smem.v_empty(stage_of(n_tiles - 1)), lane);
+  release_stage(smem.v_empty(stage_of(j - 1)), lane);
   // END SOLUTION
 }
 
@@ -1268,8 +1394,10 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
       mbarrier_arrive_expect_tx(smem.q_full(), Cfg::kQBytes);
       load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), w.m_start,
                                                  static_cast<int>(w.head), static_cast<int>(w.batch));
-      for (int j = 0; j < w.n_tiles; ++j) {
-        const int n_block = w.n_block(j);
+      // The consumers' list of tiles (visited_tile), j counting them.
+      int kind, j = 0;
+      for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
+           n_block = visited_tile<Cfg>(w, n_block - 1, kind), ++j) {
         const int stage = j % kStages;
         // Tile j reuses the stage of tile j - kStages: wait until the consumers released it,
         // the (j / kStages - 1)-th completion of the stage's empty barrier.
@@ -1297,15 +1425,16 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
     if constexpr (Cfg::kIntraOverlap) {
       consume_overlapped<Element, Cfg>(p, w, smem, st, mask, q_rows, row0, col_in_tile, consumer, lane);
     } else {
-      for (int j = 0; j < w.n_tiles; ++j) {
-        const int n_block = w.n_block(j);
+      int kind, j = 0;
+      for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
+           n_block = visited_tile<Cfg>(w, n_block - 1, kind), ++j) {
         const int stage = j % kStages;
         const uint32_t parity = (j / kStages) & 1;
         mbarrier_wait(smem.k_full(stage), parity);
         float s[Cfg::kBlockN / 2];
         compute_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage));
         release_stage(smem.k_empty(stage), lane);
-        prepare_scores<Cfg>(s, p, w, mask, n_block, row0, col_in_tile);
+        prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
         online_softmax_step<Cfg>(s, st, p.scale_log2);
         mbarrier_wait(smem.v_full(stage), parity);
         compute_pv<Element, Cfg>(st, s, smem.v_stage(stage));
@@ -1341,6 +1470,46 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
+// ---- the mask tensor's per-tile summary (TileKind, beside Params, says what it holds) ----
+// One CTA of 256 threads per block of kRows query rows x 128 keys (a grid-stride loop over the
+// blocks of every mask batch and head): thread t reads key column t % 128 of rows t / 128,
+// t / 128 + 2, ... (a warp reads 32 consecutive elements of a row when the keys are
+// contiguous), and the CTA ORs what its threads saw. It reads the mask once, a cost well under
+// the attention's (an [8192, 8192] bool mask is 64 MiB).
+template <int kMaskKind>
+__global__ void __launch_bounds__(256)
+    tile_summary_kernel(const attn::MaskParams m, uint8_t* out, int64_t mask_heads, int q_tiles,
+                        int k_tiles, int rows, int64_t blocks) {
+  constexpr int kCols = 128;
+  static_assert(kCols == Tile<64, 2>::kBlockN, "the summary's key tiles are the kernels'");
+  const int elem = kMaskKind == attn::kBoolMask ? 1 : (kMaskKind == attn::kFloat32Mask ? 4 : 2);
+  const int col = threadIdx.x % kCols;
+  const int row_lane = threadIdx.x / kCols;
+  for (int64_t idx = blockIdx.x; idx < blocks; idx += gridDim.x) {
+    const int kt = static_cast<int>(idx % k_tiles);
+    int64_t rest = idx / k_tiles;
+    const int qt = static_cast<int>(rest % q_tiles);
+    rest /= q_tiles;
+    const int64_t mh = rest % mask_heads, mb = rest / mask_heads;
+    const char* head = static_cast<const char*>(m.mask) + (mb * m.mask_stride_b + mh * m.mask_stride_h) * elem;
+    const int q_end = min(qt * rows + rows, m.seq_q);
+    const int key = kt * kCols + col;
+    bool visible = false, other = false;  // some element keeps its key / drops it or has a bias
+    if (key < m.seq_k) {
+      const int64_t key_offset = static_cast<int64_t>(key) * m.mask_stride_k;
+#pragma unroll 8
+      for (int q = qt * rows + row_lane; q < q_end; q += 256 / kCols) {
+        const float value = attn::mask_value(head, kMaskKind, q * m.mask_stride_q + key_offset);
+        visible |= value != -INFINITY;  // NaN too: it reaches the elementwise path (kTilePartial)
+        other |= value != 0.f;
+      }
+    }
+    const bool any_visible = __syncthreads_or(visible);
+    const bool any_other = __syncthreads_or(other);
+    if (threadIdx.x == 0) out[idx] = !any_visible ? kTileEmpty : (any_other ? kTilePartial : kTileVisible);
+  }
+}
+
 }  // namespace hopper_attn
 
 // ---------------------------------------------------------------------------------------
@@ -1352,9 +1521,11 @@ namespace {
 // Why the Hopper kernel cannot take these inputs, or "" when it can. Never throws: Python's
 // dispatch asks this first and falls back to the mma.sync kernel on any reason.
 std::string hopper_refusal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                           const std::optional<torch::Tensor>& out, int64_t stride, bool has_mask) {
-  if (stride != 1 || has_mask)
-    return "a mask tensor or a stride (their per-key predicate runs on the mma.sync kernel)";
+                           const std::optional<torch::Tensor>& out, int64_t stride,
+                           const std::optional<torch::Tensor>& mask) {
+  if (stride != 1) return "a stride (its per-key predicate runs on the mma.sync kernel)";
+  if (mask.has_value() && (!mask->defined() || !mask->is_cuda() || mask->device() != q.device()))
+    return "a mask tensor that is not on q's device";
   for (const torch::Tensor* t : {&q, &k, &v}) {
     if (!t->defined() || !t->is_cuda()) return "a tensor that is not on a CUDA device";
     if (t->dim() != 4) return "tensors that are not 4-dimensional";
@@ -1445,9 +1616,57 @@ CUtensorMap make_tensor_map(const torch::Tensor& t, int box_rows) {
   return map;
 }
 
+// The summary of p's mask tensor for tiles of `rows` query rows (the CTA's kBlockM) and
+// kBlockN keys, on `stream`: fills p.tile_summary and its strides, and returns the tensor that
+// holds it, [mask batches, mask heads, query tiles, key tiles] (the caller keeps it until the
+// attention kernel is launched on the same stream: the caching allocator reuses it only after
+// that). p.seq_q, p.seq_k and p.mask are the caller's.
+torch::Tensor build_tile_summary(hopper_attn::Params& p, int rows, int cols, const torch::Tensor& q,
+                                 cudaStream_t stream) {
+  const attn::MaskParams& m = p.mask;
+  const int64_t mask_batches = m.mask_stride_b != 0 ? q.size(0) : 1;
+  const int64_t mask_heads = m.mask_stride_h != 0 ? q.size(1) : 1;
+  const int q_tiles = static_cast<int>(attn::ceil_div(p.seq_q, rows));
+  const int k_tiles = static_cast<int>(attn::ceil_div(p.seq_k, cols));
+  const int64_t blocks = mask_batches * mask_heads * q_tiles * k_tiles;
+  torch::Tensor summary = torch::empty({blocks}, q.options().dtype(torch::kUInt8));
+  uint8_t* const out = summary.data_ptr<uint8_t>();
+  p.tile_summary = out;
+  p.summary_key_tiles = k_tiles;
+  p.summary_head_stride = mask_heads > 1 ? static_cast<int64_t>(q_tiles) * k_tiles : 0;
+  p.summary_batch_stride = mask_batches > 1 ? mask_heads * q_tiles * k_tiles : 0;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 20));
+  switch (m.mask_kind) {
+    case attn::kBoolMask:
+      hopper_attn::tile_summary_kernel<attn::kBoolMask><<<grid, 256, 0, stream>>>(
+          m, out, mask_heads, q_tiles, k_tiles, rows, blocks);
+      break;
+    case attn::kFloat32Mask:
+      hopper_attn::tile_summary_kernel<attn::kFloat32Mask><<<grid, 256, 0, stream>>>(
+          m, out, mask_heads, q_tiles, k_tiles, rows, blocks);
+      break;
+    case attn::kFloat16Mask:
+      hopper_attn::tile_summary_kernel<attn::kFloat16Mask><<<grid, 256, 0, stream>>>(
+          m, out, mask_heads, q_tiles, k_tiles, rows, blocks);
+      break;
+    default:
+      hopper_attn::tile_summary_kernel<attn::kBFloat16Mask><<<grid, 256, 0, stream>>>(
+          m, out, mask_heads, q_tiles, k_tiles, rows, blocks);
+  }
+  attn::check_launch("tile_summary_kernel");
+  return summary.view({mask_batches, mask_heads, q_tiles, k_tiles});
+}
+
 template <typename Element, typename Cfg>
-void launch_hopper(const hopper_attn::Params& p, const torch::Tensor& q, const torch::Tensor& k,
+void launch_hopper(const hopper_attn::Params& params, const torch::Tensor& q, const torch::Tensor& k,
                    const torch::Tensor& v, cudaStream_t stream) {
+  hopper_attn::Params p = params;
+  // A mask tensor reaches the general v5 with its summary (built per call: the mask may
+  // change between calls), never another instantiation (dispatch_general).
+  torch::Tensor summary;
+  if constexpr (Cfg::kMaskTensor) {
+    if (p.mask.mask != nullptr) summary = build_tile_summary(p, Cfg::kBlockM, Cfg::kBlockN, q, stream);
+  }
   CUtensorMap maps[3];
   std::memset(maps, 0, sizeof(maps));
   if constexpr (Cfg::kTma) {
@@ -1486,16 +1705,17 @@ void dispatch_version(const hopper_attn::Params& p, const torch::Tensor& q, cons
   }
 }
 
-// The general predicate (windows, key lengths, softcap, sinks) is instantiated for
+// The general predicate (windows, key lengths, mask tensors, softcap, sinks) is instantiated for
 // the versions flash_attention routes to: 2, and 5 (which also takes v6's calls: v6's
 // 160-register consumers would spill the predicate's state, ptxas says, where v5's 240 hold it).
-// A softcap runs on v5's softcap instantiation, whichever of them was asked for.
+// A softcap runs on v5's softcap instantiation, whichever of them was asked for, and a mask
+// tensor on v5 (Tile::kMaskTensor: v2 has no registers for its loads).
 template <typename Element, int kHeadDim>
 void dispatch_general(const hopper_attn::Params& p, const torch::Tensor& q, const torch::Tensor& k,
                       const torch::Tensor& v, int64_t version, cudaStream_t stream) {
   if (p.mask.softcap > 0.0)
     return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5, true, true>>(p, q, k, v, stream);
-  if (version == 2) return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 2, true>>(p, q, k, v, stream);
+  if (version == 2 && p.mask.mask == nullptr) return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 2, true>>(p, q, k, v, stream);
   return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5, true>>(p, q, k, v, stream);
 }
 
@@ -1503,17 +1723,37 @@ void dispatch_general(const hopper_attn::Params& p, const torch::Tensor& q, cons
 
 // True when flash_attention_hopper takes these inputs (and this GPU); Python's dispatch calls
 // it first and runs the mma.sync kernel otherwise.
-// Causal, GQA, S_q != S_k, windows, key lengths (varlen, left padding), softcap, sinks and a
-// scale are taken; a mask tensor or a stride is not (the mma.sync kernel runs them); then the
-// dtype, head_dim, the GPU and the strides decide.
+// Causal, GQA, S_q != S_k, windows, key lengths (varlen, left padding), mask tensors (bool or
+// additive, on q's device), softcap, sinks and a scale are taken; a stride is not (the mma.sync
+// kernel runs it); then the dtype, head_dim, the GPU and the strides decide.
 bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                      std::optional<torch::Tensor> out, int64_t stride,
                      std::optional<torch::Tensor> mask) {
   try {
-    return hopper_refusal(q, k, v, out, stride, mask.has_value()).empty();
+    return hopper_refusal(q, k, v, out, stride, mask).empty();
   } catch (...) {
     return false;
   }
+}
+
+// The per-tile summary flash_attention_hopper builds for `mask` (for the tests): uint8
+// [mask batches, mask heads, ceil(S_q / block_m), ceil(S_k / 128)] of TileKind values (0 empty,
+// 1 wholly visible with no bias, 2 partial), q [B, H_q, S_q, D] and k [B, H_kv, S_k, D] giving
+// the sizes the mask broadcasts to (a mask dimension of size 1 stays 1).
+torch::Tensor hopper_tile_summary(torch::Tensor q, torch::Tensor k, torch::Tensor mask, int64_t block_m) {
+  attn::check_cuda_tensor(q, "q");
+  attn::check_cuda_tensor(k, "k");
+  attn::check_dim(q, "q", 4, "[batch, heads, seq_q, head_dim]");
+  attn::check_dim(k, "k", 4, "[batch, kv_heads, seq_k, head_dim]");
+  TORCH_CHECK_VALUE(block_m >= 1 && block_m <= 1024, attn::str("block_m must be in [1, 1024] but is ",
+                    block_m, "."));
+  c10::cuda::CUDAGuard device_guard(q.device());
+  hopper_attn::Params p;
+  p.seq_q = static_cast<int>(q.size(2));
+  p.seq_k = static_cast<int>(k.size(2));
+  p.mask = attn::make_mask_params(q, k, false, std::nullopt, 1, mask, std::nullopt, false, 1.f);
+  return build_tile_summary(p, static_cast<int>(block_m), hopper_attn::Tile<64, 5>::kBlockN, q,
+                            c10::cuda::getCurrentCUDAStream());
 }
 
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
@@ -1541,7 +1781,7 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                       attn::str("out shares memory with q, k or v; pass a separate tensor."));
   }
   c10::cuda::CUDAGuard device_guard(q.device());
-  const std::string refusal = hopper_refusal(q, k, v, out, stride, mask.has_value());
+  const std::string refusal = hopper_refusal(q, k, v, out, stride, mask);
   TORCH_CHECK_VALUE(refusal.empty(), attn::str("flash_attention_hopper does not take ", refusal,
                     "; call task4.attention.flash_attention, which runs the mma.sync kernel for it."));
 
@@ -1558,7 +1798,7 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
       attn::set_score_transforms(p.mask, q, softcap, sinks, scale_value);
   const bool general = p.mask.general();
   TORCH_CHECK_VALUE(!general || version == 2 || version >= 5, attn::str("a window, key lengths, "
-                    "softcap or sinks run versions 2, 5 or 6 of the Hopper kernel (the ones "
+                    "a mask tensor, softcap or sinks run versions 2, 5 or 6 of the Hopper kernel (the ones "
                     "flash_attention routes to; 6 runs as 5 there), not ", version, "."));
   mma_attn::set_lse(p, lse, q);
 

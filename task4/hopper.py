@@ -3,15 +3,18 @@ extension `custom_flash_attention_hopper` built for sm_90a only.
 
     available()                                   True only on a compute capability 9.0 GPU
     supports(q, k, v, causal, out=None, ...)      whether the kernel takes these inputs
+    tile_summary(q, k, mask)                      a mask tensor's per-tile summary (the tests')
     flash_attention_hopper(q, k, v, causal=False, version=3, out=None, lse=None, scale=None)
 
 `version` picks a rung of the ladder the kernel file describes: 1 = wgmma with cp.async
 loads, 2 = TMA + mbarrier pipeline, 3 = warp-specialized producer/consumer warpgroups, 4 = 3 with
 each consumer's softmax overlapping its own P V product, 5 = 4 with the two consumers taking
 turns at the tensor cores (ping-pong), 6 = 5 with three consumer warpgroups (head_dim 64 only).
-Cases the kernel does not take (other head dims, window, stride, mask tensor, key lengths,
-fp32, unaligned strides) are refused by `supports`; callers fall back to the mma.sync kernel
-(task4.attention.flash_attention).
+Cases the kernel does not take (other head dims, a stride, fp32, unaligned strides) are refused
+by `supports`; callers fall back to the mma.sync kernel (task4.attention.flash_attention).
+Windows, key lengths, mask tensors (bool or additive, summarised per 128 x 128 tile so that
+empty tiles are skipped; on version 5 whichever was asked), softcap, sinks and a scale run its
+general predicate (versions 2 and 5).
 
 Build: `python -m task4.hopper` (or the first call) JIT-builds it like common.build's
 load_extension (same flags, include folder, build-folder naming, flock), but always for
@@ -145,11 +148,14 @@ def routed_version(dtype: torch.dtype, head_dim: int, causal: bool, seq_k: int) 
 
 def supports(q, k, v, out=None, *, stride: int = 1, mask=None) -> bool:
     """Whether flash_attention_hopper takes these inputs here (never raises). Windows, key
-    lengths, softcap, sinks and a scale are taken; a mask tensor or a stride (a per-key
-    predicate) is not; then the dtype, head_dim, the GPU and the strides decide."""
+    lengths, mask tensors (bool or additive, on q's device), softcap, sinks and a scale are
+    taken; a stride (a per-key predicate) is not; then the dtype, head_dim, the GPU and the
+    strides decide."""
     if not available() or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return False
-    if q.dtype not in HALF_DTYPES or stride != 1 or mask is not None:
+    if q.dtype not in HALF_DTYPES or stride != 1:
+        return False
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.device != q.device):
         return False
     try:
         ext = load()
@@ -167,15 +173,52 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
                            softcap: float | None = None,
                            sinks: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v on the Hopper kernel (scale None = 1/sqrt(D)); q [B, H_q, S_q, D],
-    k/v [B, H_kv, S_k, D], with the variants of common/variants.py but a mask tensor and a
-    stride (versions 2, 5 and 6 take them: a window, key lengths, softcap or sinks run the
-    general predicate).
+    k/v [B, H_kv, S_k, D], with the variants of common/variants.py but a stride (versions 2, 5
+    and 6 take them: a window, key lengths, a mask tensor, softcap or sinks run the general
+    predicate).
 
     Returns a new [B, H_q, S_q, D] tensor or writes `out`. Inputs it does not take raise
     ValueError / TypeError naming why (check `supports` first to fall back instead).
     """
     return call_extension(load().flash_attention_hopper, q, k, v, causal, version, out, lse,
                           scale, window, stride, mask, key_lengths, left_padding, softcap, sinks)
+
+
+def tile_summary(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor,
+                 block_m: int = 128) -> torch.Tensor:
+    """The per-tile summary the kernel builds for a mask tensor before it runs (the CUDA
+    tile_summary_kernel): uint8 [mask batches, mask heads, ceil(S_q / block_m), ceil(S_k / 128)];
+    tile_summary_reference says what it holds."""
+    return call_extension(load().hopper_tile_summary, q, k, mask, block_m)
+
+
+def tile_summary_reference(mask: torch.Tensor, seq_q: int, seq_k: int, block_m: int = 128,
+                           block_n: int = 128) -> torch.Tensor:
+    """What tile_summary computes, in PyTorch (any device): for each block of block_m query rows
+    x block_n keys of `mask` (broadcastable to [B, H, seq_q, seq_k], bool True = keep or
+    additive float), 0 when no element keeps its key (the kernel never loads the key tile), 1
+    when every element keeps it with a bias of exactly 0 (no per-element work), 2 otherwise
+    (some dropped, a finite nonzero bias, NaN). Rows >= seq_q and keys >= seq_k are left out.
+    The mask's batch and head dimensions stay as they are (1 where it broadcasts)."""
+    m = mask
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    m = m.expand(m.shape[0], m.shape[1], seq_q, seq_k)
+    keep = m if m.dtype == torch.bool else m != float("-inf")
+    clean = m if m.dtype == torch.bool else m == 0
+    tiles_q, tiles_k = -(-seq_q // block_m), -(-seq_k // block_n)
+    padded = (m.shape[0], m.shape[1], tiles_q * block_m, tiles_k * block_n)
+    keep_p = torch.zeros(padded, dtype=torch.bool, device=m.device)
+    clean_p = torch.ones(padded, dtype=torch.bool, device=m.device)
+    keep_p[..., :seq_q, :seq_k] = keep
+    clean_p[..., :seq_q, :seq_k] = clean
+    blocks = (m.shape[0], m.shape[1], tiles_q, block_m, tiles_k, block_n)
+    any_kept = keep_p.reshape(blocks).any(dim=5).any(dim=3)
+    all_clean = clean_p.reshape(blocks).all(dim=5).all(dim=3)
+    summary = torch.full(any_kept.shape, 2, dtype=torch.uint8, device=m.device)
+    summary[all_clean] = 1
+    summary[~any_kept] = 0
+    return summary
 
 
 if __name__ == "__main__":

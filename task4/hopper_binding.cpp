@@ -11,8 +11,9 @@
 // overlapping P V), 5 (4 + the consumers taking turns). Writes `out` when
 // given; `lse` ([B, H_q, S_q] float32) receives each row's base-2 log-sum-exp; `scale` is the
 // softmax scale (None = 1/sqrt(D)).
-// The variants of common/variants.py but a mask tensor and a stride (window, key_lengths,
-// left_padding, softcap, sinks) run the general instantiation of versions 2 and 5 (6 as 5).
+// The variants of common/variants.py but a stride (window, mask, key_lengths, left_padding,
+// softcap, sinks) run the general instantiation of versions 2 and 5 (6 as 5); a mask tensor
+// runs on v5, summarised per tile first (empty key tiles are never loaded).
 torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                      int64_t version, std::optional<torch::Tensor> out,
                                      std::optional<torch::Tensor> lse, std::optional<double> scale,
@@ -21,6 +22,10 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                                      std::optional<torch::Tensor> key_lengths, bool left_padding,
                                      std::optional<double> softcap,
                                      std::optional<torch::Tensor> sinks);
+// The per-tile summary of a mask tensor that flash_attention_hopper builds (for the tests):
+// uint8 [mask batches, mask heads, query tiles of block_m rows, key tiles of 128], 0 = no key
+// kept, 1 = every key kept with no bias, 2 = partial.
+torch::Tensor hopper_tile_summary(torch::Tensor q, torch::Tensor k, torch::Tensor mask, int64_t block_m);
 // Whether flash_attention_hopper takes these inputs on this GPU (never raises).
 bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                      std::optional<torch::Tensor> out, int64_t stride,
@@ -35,6 +40,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
         py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
         py::arg("softcap") = py::none(), py::arg("sinks") = py::none());
+  m.def("hopper_tile_summary", &hopper_tile_summary,
+        "The per-tile summary (0 empty, 1 visible, 2 partial) of a mask tensor", py::arg("q"),
+        py::arg("k"), py::arg("mask"), py::arg("block_m") = 128);
   m.def("hopper_supports", &hopper_supports,
         "True when flash_attention_hopper takes these inputs on this GPU", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("out") = py::none(), py::arg("stride") = 1,

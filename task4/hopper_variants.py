@@ -20,7 +20,7 @@ for issue 31's cases (fp16 and bf16, B H 32 D 128):
                         blocks at random (the diagonal blocks always), whole blocks
 
 Each runs through task4.attention.flash_attention as routed (on an H100 the Hopper kernel's
-general predicate; a mask tensor stays on the mma.sync kernel), beside dense causal and the
+general predicate; the block mask through its per-tile summary), beside dense causal and the
 mma.sync kernel, in one process, the contenders in turn for ROUNDS rounds (the median of the
 rounds). Each case is first checked against float64 on its first two heads by
 FlashAttention-2's criterion. Recorded as task4.hopper.variants.<dtype>.<case>.{ms,

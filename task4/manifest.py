@@ -250,8 +250,8 @@ def hopper_variant_prefix(dtype: str, case: str) -> str:
 HOPPER_VARIANTS_SECTION = Section(
     "The prefill on real models' variants: efficiency against dense causal",
     intro=("`python -m task4.hopper_variants`: each case as task4.attention.flash_attention routes "
-           "it (on an H100 the Hopper kernel's general predicate; a mask tensor stays on the "
-           "mma.sync kernel), H 32, D 128, timed beside dense causal attention over the same "
+           "it (on an H100 the Hopper kernel's general predicate; the block mask through its "
+           "per-tile summary), H 32, D 128, timed beside dense causal attention over the same "
            "B, H, S_k, D and beside the mma.sync kernel, one process, alternating rounds. "
            "Efficiency = TFLOP/s on the visible (query, key) pairs / dense causal TFLOP/s; a "
            "variant that costs exactly its visible pairs scores 1. Targets: 0.9 (window, "

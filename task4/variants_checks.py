@@ -10,7 +10,9 @@ These groups run from `python -m task4.test` and from pytest (tests/test_variant
                    2 x max |PyTorch same dtype - ref| + 1e-5): lengths 1, 7, 113, 1023 (not tile
                    multiples), S_q != S_k both ways, head dims 8..256, GQA ratios 1, 2, 4, 8, H,
                    windows below and above a tile, strides 1..8, random masks with fully masked
-                   rows, additive masks, varlen and left-padded keys, logits in the hundreds,
+                   rows, additive masks, block-sparse masks (whole 128 x 128 tiles dropped or
+                   kept, partial and biased tiles: the Hopper kernel's per-tile summary), varlen
+                   and left-padded keys, logits in the hundreds,
                    strided views, fp32/fp16/bf16; softcap, attention sinks and a custom scale,
                    alone and with causal/GQA/window/masks/key lengths, S_q = 1 (also through
                    task5.attention.attention), and each row's lse with sinks (mma.sync)
@@ -62,8 +64,44 @@ def _case_inputs(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, gen, d
             fused_kv[:, :, 1].transpose(1, 2))
 
 
+# Block-sparse masks (kind: [the mask's leading dims], bool or additive, block size): what the
+# Hopper kernel's per-tile summary skips (empty 128 x 128 tiles) or spares the mask (tiles
+# wholly kept with no bias); "blocks64" mixes both inside its 128-row tiles.
+BLOCK_MASKS = {"blocks": ("b1", "bool", 128), "blocksbh": ("bh", "bool", 128),
+               "blocks2d": ("", "bool", 128), "blocks64": ("b1", "bool", 64),
+               "blocksfloat": ("1h", "add", 128), "blocksfloat32": ("b1", "add32", 128)}
+
+
+def block_sparse_mask(kind, batch, heads, seq_q, seq_k, dtype, gen, device):
+    """A block-sparse mask of BLOCK_MASKS[kind], broadcastable to [B, H, S_q, S_k]: about 40-50%
+    of its blocks drop every key, some keep every key (bias exactly 0), the rest are partial
+    (random elements dropped) or, additive, carry finite nonzero biases everywhere. Query block
+    1 sees no key at all (a query tile with nothing to load: zeros), and one row none either."""
+    dims, storage, block = BLOCK_MASKS[kind]
+    lead = {"b1": (batch, 1), "bh": (batch, heads), "1h": (1, heads), "": ()}[dims]
+    blocks_q, blocks_k = -(-seq_q // block), -(-seq_k // block)
+    u = torch.rand(*lead, blocks_q, blocks_k, device=device, generator=gen)
+    u = u.repeat_interleave(block, -2).repeat_interleave(block, -1)[..., :seq_q, :seq_k]
+    elements = torch.rand(*lead, seq_q, seq_k, device=device, generator=gen) < 0.6
+    if storage == "bool":
+        keep = (u >= 0.5) & ((u < 0.75) | elements)   # dropped / kept / partial
+        keep[..., block:2 * block, :] = False
+        keep[..., seq_q // 3, :] = False
+        return keep
+    bias = torch.randn(*lead, seq_q, seq_k, device=device, generator=gen) * 2
+    mask = torch.where(u < 0.4, float("-inf"), 0.0)                       # dropped / kept
+    mask = torch.where((u >= 0.6) & (u < 0.8), bias.masked_fill(~elements, float("-inf")), mask)
+    mask = torch.where(u >= 0.8, bias, mask)                              # biased everywhere
+    mask[..., block:2 * block, :] = float("-inf")
+    mask[..., seq_q // 3, :] = float("-inf")
+    return mask.to(torch.float32 if storage == "add32" else dtype)
+
+
 def _random_mask(kind, batch, heads, seq_q, seq_k, dtype, gen, device):
-    """bool [B, 1, S_q, S_k] with a fully masked row, or an additive float [1, H, S_q, S_k]."""
+    """bool [B, 1, S_q, S_k] with a fully masked row, or an additive float [1, H, S_q, S_k];
+    the block-sparse kinds of BLOCK_MASKS."""
+    if kind in BLOCK_MASKS:
+        return block_sparse_mask(kind, batch, heads, seq_q, seq_k, dtype, gen, device)
     if kind == "bool":
         keep = torch.rand(batch, 1, seq_q, seq_k, device=device, generator=gen) < 0.7
         keep[:, :, seq_q // 2] = False          # a row that sees nothing: outputs zeros
@@ -134,6 +172,17 @@ SWEEP = [
     (2, 4, 2, 300, 300, 256, "causal", "softcap50+large"),
     (2, 8, 4, 257, 300, 256, "window100", "softcap50+sinks+scale0.0625"),
     (2, 8, 2, 300, 300, 192, "causal", "sinks"), (1, 4, 4, 1, 77, 96, "causal", "sinks"),
+    # block-sparse masks (BLOCK_MASKS): tiles skipped, tiles spared the mask, partial tiles,
+    # a query tile and a row that see nothing, with S_q != S_k, GQA/MQA, broadcasts, both
+    # head dims (on an H100: versions 5, and 2 at head_dim 64 causal)
+    (2, 4, 2, 700, 900, 128, "mask-blocks", ""), (2, 4, 2, 700, 900, 128, "mask-blocks-full", ""),
+    (1, 4, 4, 1000, 600, 64, "mask-blocks", ""), (1, 4, 4, 1000, 600, 64, "mask-blocks-full", ""),
+    (2, 4, 4, 513, 513, 128, "mask-blocksbh-full", ""), (1, 4, 1, 300, 1100, 128, "mask-blocks2d-full", ""),
+    (2, 4, 4, 500, 500, 64, "mask-blocks64-full", ""), (2, 4, 4, 500, 500, 128, "mask-blocks64", ""),
+    (1, 8, 2, 640, 768, 64, "mask-blocksfloat", ""), (2, 4, 4, 384, 1100, 128, "mask-blocksfloat32-full", ""),
+    (2, 4, 4, 300, 600, 128, "mask-blocksfloat-full", "large"),
+    (3, 4, 2, 400, 700, 128, "left-mask-blocks", ""),
+    (1, 4, 4, 512, 512, 128, "mask-blocks", "softcap30+sinks"),
 ]
 
 
@@ -310,7 +359,9 @@ def variants_small_group(args=None):
                                   (2, 4, 2, 17, 33, 64, "mask-float", "sinks32"),
                                   (1, 4, 1, 1, 70, 128, "causal", "sinks+softcap30"),
                                   (1, 2, 2, 17, 33, 256, "causal", "softcap50"),
-                                  (1, 2, 1, 17, 33, 200, "window5", "")]
+                                  (1, 2, 1, 17, 33, 200, "window5", ""),
+                                  (1, 2, 1, 150, 260, 128, "mask-blocks64", ""),
+                                  (1, 2, 2, 150, 260, 64, "mask-blocksfloat-full", "")]
     return _sweep_checks(small, DTYPES, gen, device), {}
 
 

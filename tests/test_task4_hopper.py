@@ -5,7 +5,8 @@ through ptxas, every instantiation without local-memory spills and without ptxas
 wgmma pipelining or setmaxnreg; the Python module imports and says unavailable off Hopper.
 GPU (compute capability 9.0 only): every version against float64 by FlashAttention-2's
 criterion on small shapes that are not tile multiples, causal and not, GQA, Sq != Sk,
-strided views, NaN-poisoned outputs, bit-identical reruns.
+strided views, NaN-poisoned outputs, bit-identical reruns; block-sparse bool and additive
+mask tensors (the per-tile summary) on versions 2 and 5 and through flash_attention.
 """
 
 from __future__ import annotations
@@ -199,7 +200,8 @@ def test_refuses_what_it_does_not_take():
     q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
     assert hopper.supports(q, q, q)
     assert not hopper.supports(q, q, q, stride=2)              # a per-key predicate: mma.sync
-    assert not hopper.supports(q, q, q, mask=torch.ones(64, 64, dtype=torch.bool, device="cuda"))
+    assert hopper.supports(q, q, q, mask=torch.ones(64, 64, dtype=torch.bool, device="cuda"))
+    assert not hopper.supports(q, q, q, mask=torch.ones(64, 64, dtype=torch.bool))  # on the CPU
     assert not hopper.supports(q.float(), q.float(), q.float())
     d96 = torch.randn(1, 2, 64, 96, device="cuda", dtype=torch.float16)
     assert not hopper.supports(d96, d96, d96)
@@ -209,11 +211,110 @@ def test_refuses_what_it_does_not_take():
         hopper.flash_attention_hopper(q, q, q, version=7)
     with pytest.raises(ValueError, match="versions 2, 5 or 6"):
         hopper.flash_attention_hopper(q, q, q, True, 3, window=16)
-    with pytest.raises(ValueError, match="mask tensor or a stride"):
+    with pytest.raises(ValueError, match="a stride"):
         hopper.flash_attention_hopper(q, q, q, True, 5, stride=2)
+    with pytest.raises(ValueError, match="versions 2, 5 or 6"):
+        hopper.flash_attention_hopper(q, q, q, True, 4, mask=torch.ones(64, 64, dtype=torch.bool,
+                                                                       device="cuda"))
     q128 = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.float16)
     with pytest.raises(ValueError, match="head_dim 64 only"):
         hopper.flash_attention_hopper(q128, q128, q128, version=6)
+
+
+# Block-sparse masks on the Hopper kernel, called as versions 2 and 5 (a mask tensor runs on
+# the general v5 whichever of 2, 5 and 6 is asked), and through flash_attention, which must
+# route them to the Hopper kernel: (B, H_q, H_kv, S_q, S_k, D, causal, mask kind of
+# task4.variants_checks.BLOCK_MASKS).
+MASK_CASES = [
+    (2, 4, 2, 700, 900, 128, True, "blocks"), (2, 4, 2, 700, 900, 128, False, "blocks"),
+    (1, 4, 4, 1000, 600, 64, True, "blocks"), (1, 4, 4, 1000, 600, 64, False, "blocksbh"),
+    (1, 4, 1, 300, 1100, 128, False, "blocks2d"), (2, 4, 4, 500, 500, 64, False, "blocks64"),
+    (2, 4, 4, 500, 500, 128, True, "blocks64"), (1, 8, 2, 640, 768, 64, True, "blocksfloat"),
+    (2, 4, 4, 384, 1100, 128, False, "blocksfloat32"), (1, 2, 2, 7, 300, 128, True, "blocks"),
+    (1, 2, 2, 1, 1, 64, False, "blocksfloat"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_block_sparse_masks_on_the_hopper_kernel(dtype):
+    hopper = _hopper_or_skip()
+    from common.checks import assert_checks
+    from common.variants import Variant, check_variant
+    from task4 import attention
+    from task4.variants_checks import block_sparse_mask
+
+    checks = []
+    for b, hq, hkv, sq, sk, d, causal, kind in MASK_CASES:
+        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
+        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
+        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        mask = block_sparse_mask(kind, b, hq, sq, sk, dtype, g, "cuda")
+        variant = Variant(causal=causal, mask=mask)
+        name = f"{(b, hq, hkv, sq, sk, d)} {variant.describe()} ({kind})"
+        assert hopper.supports(q, k, v, mask=mask), name
+        assert attention._hopper_version(q, k, v, causal, None, 1, mask) is not None, name
+        for version in (2, 5):
+            checks.append(check_variant(
+                f"v{version} {name}", lambda out, q=q, k=k, v=v, version=version, causal=causal,
+                mask=mask: hopper.flash_attention_hopper(q, k, v, causal, version, out, mask=mask),
+                q, k, v, variant))
+        checks.append(check_variant(
+            f"flash_attention {name}", lambda out, q=q, k=k, v=v, variant=variant:
+            attention.flash_attention(q, k, v, out=out, **variant.kwargs()), q, k, v, variant))
+    assert_checks(checks)
+
+
+def test_tile_summary_reference_on_hand_built_blocks():
+    """The per-tile summary's definition (task4.hopper.tile_summary_reference, what the kernel's
+    tile_summary_kernel must write) on blocks whose kind is known: 0 nothing kept, 1 all kept
+    with no bias, 2 partial or biased; the edges of S_q, S_k left out; broadcasts kept."""
+    from task4.hopper import tile_summary_reference
+
+    seq_q, seq_k = 200, 300          # 2 x 3 tiles of 128: the last row and column partial
+    keep = torch.zeros(seq_q, seq_k, dtype=torch.bool)
+    keep[:128, :128] = True          # tile (0, 0): all kept
+    keep[:128, 128:256] = True
+    keep[5, 200] = False             # tile (0, 1): one element dropped
+    keep[128:, 256:] = True          # tile (1, 2): all kept (its rows and keys end early)
+    keep[130, 10] = True             # tile (1, 0): one element kept
+    got = tile_summary_reference(keep, seq_q, seq_k)
+    assert got.shape == (1, 1, 2, 3) and got.dtype == torch.uint8
+    assert got[0, 0].tolist() == [[1, 2, 0], [2, 0, 1]]
+    # 64-row tiles: rows 0..63 and 64..127 of tile (0, 1) differ
+    assert tile_summary_reference(keep, seq_q, seq_k, block_m=64)[0, 0, :2].tolist() == [
+        [1, 2, 0], [1, 1, 0]]
+    # additive: -inf drops, 0 keeps, a finite nonzero bias (or NaN) makes the tile partial
+    add = torch.where(keep, 0.0, float("-inf"))
+    add[0, 0] = 0.5                  # tile (0, 0) biased
+    add[129, 257] = float("nan")     # tile (1, 2)
+    add[0, 255] = -0.0               # still clean
+    assert tile_summary_reference(add, seq_q, seq_k)[0, 0].tolist() == [[2, 2, 0], [2, 0, 2]]
+    # a [B, 1, 1, S_k] key-padding mask: batch kept, heads and rows broadcast
+    pad = torch.ones(2, 1, 1, seq_k, dtype=torch.bool)
+    pad[1, :, :, 128:] = False
+    got = tile_summary_reference(pad, seq_q, seq_k)
+    assert got.shape == (2, 1, 2, 3)
+    assert got[0, 0].tolist() == [[1, 1, 1]] * 2 and got[1, 0].tolist() == [[1, 0, 0]] * 2
+
+
+@pytest.mark.gpu
+def test_tile_summary_kernel_matches_its_definition():
+    hopper = _hopper_or_skip()
+    from task4.variants_checks import BLOCK_MASKS, block_sparse_mask
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for b, hq, sq, sk in ((2, 4, 700, 900), (1, 3, 1, 129), (3, 2, 1000, 128)):
+        q = torch.zeros(b, hq, sq, 64, device="cuda", dtype=torch.float16)
+        k = torch.zeros(b, 1, sk, 64, device="cuda", dtype=torch.float16)
+        for kind in BLOCK_MASKS:
+            mask = block_sparse_mask(kind, b, hq, sq, sk, torch.float16, g, "cuda")
+            for block_m in (64, 128):
+                got = hopper.tile_summary(q, k, mask, block_m)
+                want = hopper.tile_summary_reference(mask, sq, sk, block_m)
+                assert torch.equal(got, want), (b, hq, sq, sk, kind, block_m)
+        strided = block_sparse_mask("blocks", b, 1, sk, sq, torch.float16, g, "cuda").transpose(-1, -2)
+        assert torch.equal(hopper.tile_summary(q, k, strided), hopper.tile_summary_reference(strided, sq, sk))
 
 
 def test_the_ladder_records_every_figure_results_md_shows():
@@ -278,6 +379,9 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     assert calls[-1][0] == attention.HOPPER_VERSION[(64, True)]
     assert calls[-1][2]["window"] == 4 and calls[-1][2]["softcap"] == 30.0
     assert calls[-1][2]["sinks"] is sinks
+    keep = torch.ones(8, 8, dtype=torch.bool)                         # a mask tensor too
+    assert attention.flash_attention(q, q, q, True, mask=keep) is q
+    assert calls[-1][0] == attention.HOPPER_VERSION[(64, True)] and calls[-1][2]["mask"] is keep
     with attention.hopper_prefill(False):
         assert route(torch.float16, 8, 128) is None
     assert route(torch.float16, 8, 128) == chosen[128]
