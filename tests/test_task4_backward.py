@@ -75,6 +75,20 @@ class BackwardExtension:
         return list(flash_attention_backward(q, k, v, out, natural, d_out, causal, 16, 16,
                                              scale=scale, softcap=softcap))
 
+    def flash_attention_backward_mma(self, q, k, v, out, lse, d_out, causal, window, stride,
+                                     mask, key_lengths, left_padding, softcap, scale):
+        # The tensor-core backward takes fp16/bf16 in and gives gradients in the same dtype;
+        # the stand-in computes them in float32 (task 3's tiles) and rounds.
+        assert q.dtype in (torch.float16, torch.bfloat16) and lse.dtype == torch.float32
+        assert all(t.dtype == q.dtype for t in (k, v, out, d_out))
+        self._task3_settings(window, stride, mask, key_lengths, left_padding)
+        self.calls.append(("backward_mma", True))
+        natural = (lse / LOG2E).float()
+        grads = flash_attention_backward(q.float(), k.float(), v.float(), out.float(), natural,
+                                         d_out.float(), causal, 16, 16, scale=scale,
+                                         softcap=softcap)
+        return [g.to(q.dtype) for g in grads]
+
 
 @pytest.fixture
 def fake_ext(monkeypatch):
@@ -114,8 +128,8 @@ def test_gradients_reach_q_k_v_through_the_operators(fake_ext, dtype, settings, 
         assert mine.dtype == dtype and mine.shape == pt.shape, name
         passed, err, bound = fa2_criterion(mine, ref, pt)
         assert passed, f"{name}: {err:.2e} > {bound:.2e}"
-    entry = "fp32" if dtype == torch.float32 else "mma"
-    assert fake_ext.calls == [(entry, True), ("backward", True)]
+    entry, backward = ("fp32", "backward") if dtype == torch.float32 else ("mma", "backward_mma")
+    assert fake_ext.calls == [(entry, True), (backward, True)]
 
 
 def test_the_formula_is_the_repositorys_truth():
@@ -215,19 +229,27 @@ def test_torch_compile_fullgraph_traces_the_entry(fake_ext):
         torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
 
 
-def test_half_inputs_run_the_fp32_backward_on_float32_copies(fake_ext, monkeypatch):
+def test_half_inputs_run_the_tensor_core_backward_in_their_dtype(fake_ext, monkeypatch):
+    """fp16/bf16 gradients come from flash_attention_backward_mma, called with q, k, v, out and
+    d_out in the input dtype (no float32 copies), never from the fp32 lesson kernel."""
     seen = []
-    original = fake_ext.flash_attention_backward_fp32
+    original = fake_ext.flash_attention_backward_mma
 
     def spy(q, k, v, out, lse, d_out, *rest):
-        seen.append(tuple(t.dtype for t in (q, k, v, out, d_out)))
+        seen.append(tuple(t.dtype for t in (q, k, v, out, d_out)) + (lse.dtype,))
         return original(q, k, v, out, lse, d_out, *rest)
 
-    monkeypatch.setattr(fake_ext, "flash_attention_backward_fp32", spy)
-    (q, k, v), d_out = _inputs(dtype=torch.bfloat16)
-    grads = _ours(q, k, v, d_out, causal=True)[1:]
-    assert seen == [(torch.float32,) * 5]
-    assert all(g.dtype == torch.bfloat16 for g in grads)
+    def no_fp32(*args):
+        raise AssertionError("fp16/bf16 gradients must not run the fp32 backward")
+
+    monkeypatch.setattr(fake_ext, "flash_attention_backward_mma", spy)
+    monkeypatch.setattr(fake_ext, "flash_attention_backward_fp32", no_fp32)
+    for dtype in (torch.bfloat16, torch.float16):
+        (q, k, v), d_out = _inputs(dtype=dtype)
+        grads = _ours(q, k, v, d_out, causal=True)[1:]
+        assert seen[-1] == (dtype,) * 5 + (torch.float32,)
+        assert all(g.dtype == dtype for g in grads)
+    assert len(seen) == 2
 
 
 def test_groups_are_in_task4_test():
