@@ -25,7 +25,7 @@ raise a sentence: their gradients are not implemented. The backward is determini
 atomics): two runs give bit-identical gradients.
 
 On a CPU these operators have no kernel; tests/test_task4_backward.py stands task 3's
-PyTorch version (task3/flash_backward.py) in for the extension's three entries that
+PyTorch version (task3/flash_backward.py) in for the extension's four entries that
 `kernel_forward` and `kernel_backward` call, to check the plumbing there.
 """
 

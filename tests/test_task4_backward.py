@@ -1,12 +1,13 @@
 """The attention backward on task 4's kernels (issue 33): task4/backward.py and
 task4/backward_checks.py.
 
-CPU (CI): the Python side with a stand-in extension whose three entries are task 3's PyTorch
+CPU (CI): the Python side with a stand-in extension whose four entries are task 3's PyTorch
 forward and backward (task3/flash_backward.py): gradients reach q, k and v through the custom
 operators in the right order and dtypes, the lse is computed only when autograd needs it,
 torch.library.opcheck and torch.compile(fullgraph=True) accept the operators, gradcheck
 passes through them, and a mask or sinks that require grad raise a sentence.
-GPU: the groups of `python -m task4.test --backward-small --backward --backward-bench`.
+GPU: the groups of `python -m task4.test --backward-small --backward --backward-bench` and
+of the fp16/bf16 backward, `--backward-half-small --backward-half --backward-half-bench`.
 """
 
 from __future__ import annotations
@@ -307,3 +308,43 @@ def test_task4_backward_bench():
     checks, metrics = backward_bench_group()
     assert_checks(checks)
     assert any(name.endswith(".ratio_vs_sdpa_efficient") for name in metrics)
+
+
+# --- GPU: the tensor-core (fp16/bf16) backward ---------------------------------------------
+
+
+@pytest.mark.gpu
+def test_task4_backward_half_small():
+    from task4.backward_checks import backward_half_small_group
+
+    checks, _ = backward_half_small_group()
+    assert_checks(checks)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_task4_backward_half():
+    """Every fp16/bf16 case by FlashAttention-2's criterion per gradient, bit-identical twice."""
+    from task4.backward_checks import backward_half_group
+
+    checks, _ = backward_half_group()
+    assert_checks(checks)
+
+
+@pytest.mark.timed
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_task4_backward_half_bench():
+    """The metrics of issue 33's Measure section exist (no target is asserted: a missed one is
+    recorded, it fails nothing)."""
+    from task4.backward_checks import backward_half_bench_group
+    from task4.manifest import BACKWARD_HALF_SHAPES, backward_prefix
+
+    checks, metrics = backward_half_bench_group()
+    assert_checks(checks)
+    for dtype in ("fp16", "bf16"):
+        for shape in BACKWARD_HALF_SHAPES:
+            for mask in ("noncausal", "causal"):
+                prefix = backward_prefix(dtype, shape, mask)
+                assert f"{prefix}.tflops" in metrics and f"{prefix}.ratio_vs_sdpa_flash" in metrics
+    assert any(name.endswith(".ratio_vs_sdpa_cudnn") for name in metrics)
