@@ -39,12 +39,13 @@
 // score-shaped accumulators S^T and dP^T (16 x kBlockStream: kBlockStream/2 each); with 64
 // streamed queries at D = 128 that is 192 fp32 and ptxas spilled, so D = 128 streams 32 queries
 // per step (64 at D = 64, where dK and dV are half as large). The dQ kernel holds only dQ: 64
-// streamed keys per step at both head dims. Launch bounds ask for 2 CTAs (8 warps) per SM, so
-// the loads of one CTA overlap the math of the other (the streamed tiles are not
-// double-buffered within a CTA yet). The general instantiation (window, key lengths, mask
-// tensor, stride, softcap) keeps the softcap slope per score in registers as well.
-// Shared memory: K, V (or Q, dO) 64 rows + the two streamed tiles, in the forward's swizzled
-// 16-bit layout: 48 KB at D = 128 with 32 streamed rows, 64 KB with 64.
+// streamed keys per step at both head dims. The streamed tiles are double-buffered (the next
+// tile's cp.async copies run under the current tile's math, one barrier per tile), and launch
+// bounds ask for 2 CTAs (8 warps) per SM. The general instantiation (window, key lengths, mask
+// tensor, stride, softcap) also keeps the softcap slope per score in registers.
+// Shared memory: the own tiles (2 x 64 rows) and two stages of the two streamed tiles, in the
+// forward's swizzled 16-bit layout: at D = 128, 64 KB for dK/dV (32 streamed rows) and 96 KB
+// for dQ (64); at D = 64, 48 KB each.
 //
 // Head dims: 64 and 128 are instantiated; every multiple of 8 up to 128 runs on the next one
 // with zero-filled columns (the forward's load_tile) that are never written back.

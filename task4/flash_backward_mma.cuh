@@ -95,9 +95,10 @@ struct BwdTile {
   static_assert(kBlockStream % 16 == 0, "streamed tiles are whole k16 steps");
 };
 
-// Shared memory: the two own tiles, the two streamed tiles, then kBlockStream floats of lse2
-// and of D (the dK/dV kernel's per-column values), with kTileAlign bytes of slack so that the
-// kernel can round its base up (pair_step needs aligned tiles).
+// Shared memory: the two own tiles, then two stages of the two streamed tiles (the next
+// stage loads while the current one is computed on), then two stages of kBlockStream floats of
+// lse2 and of D (the dK/dV kernel's per-column values), with kTileAlign bytes of slack so that
+// the kernel can round its base up (pair_step needs aligned tiles).
 template <typename Cfg>
 struct BwdSmem {
   using Smem = SmemLayout<Cfg::kHeadDim>;
@@ -105,11 +106,17 @@ struct BwdSmem {
   static constexpr int kStreamBytes = Cfg::kBlockStream * Smem::kRowBytes;
   static constexpr int own_a = 0;
   static constexpr int own_b = own_a + kOwnBytes;
-  static constexpr int stream_a = own_b + kOwnBytes;
-  static constexpr int stream_b = stream_a + kStreamBytes;
-  static constexpr int lse = stream_b + kStreamBytes;
-  static constexpr int delta = lse + Cfg::kBlockStream * 4;
-  static constexpr int bytes = delta + Cfg::kBlockStream * 4 + Smem::kTileAlign;
+  static constexpr int stream = own_b + kOwnBytes;        // stage s: tile a, then tile b
+  static constexpr int kStageBytes = 2 * kStreamBytes;
+  static constexpr int lse = stream + 2 * kStageBytes;     // [2][kBlockStream] float
+  static constexpr int delta = lse + 2 * Cfg::kBlockStream * 4;
+  static constexpr int bytes = delta + 2 * Cfg::kBlockStream * 4 + Smem::kTileAlign;
+  static __host__ __device__ constexpr uint32_t stream_a(int stage) {
+    return static_cast<uint32_t>(stream + stage * kStageBytes);
+  }
+  static __host__ __device__ constexpr uint32_t stream_b(int stage) {
+    return static_cast<uint32_t>(stream + stage * kStageBytes + kStreamBytes);
+  }
   static_assert(Smem::pair_step_is_offset(), "pair_step must agree with offset");
   static_assert(kOwnBytes % Smem::kTileAlign == 0 && kStreamBytes % Smem::kTileAlign == 0,
                 "every tile starts kTileAlign-aligned");
@@ -376,9 +383,59 @@ __global__ void __launch_bounds__(kPreprocessWarps * 32)
   }
 }
 
+// The dK/dV kernel's walk over (query head of the group, query tile): `group` indexes the
+// head within the GQA group, [start, end) the query rows of that head that may see the CTA's
+// keys, `start` the current tile. advance() moves to the next tile, over heads whose range is
+// empty; false when the walk is done. Start from {-1, 0, 0}.
+struct QueryTileCursor {
+  int group, start, end;
+
+  template <typename Cfg, bool kGeneral>
+  __device__ __forceinline__ bool advance(const BwdParams& p, int batch, int kv_head, int kv_start) {
+    start += Cfg::kBlockStream;
+    while (start >= end) {
+      if (++group >= p.kv_group) return false;
+      const attn::KeyMask<kGeneral> mask(p.mask, batch, kv_head * p.kv_group + group);
+      const int2 range = queries_seeing_keys(mask, kv_start, kv_start + Cfg::kBlockOwn);
+      start = range.x;
+      end = range.y;
+    }
+    return true;
+  }
+};
+
+// Issue the copies of one query tile into `stage` (Q and dO by cp.async, one commit group) and
+// write its lse2 and D columns (+inf and 0 past seq_q: P = 0 there).
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void load_query_tile(const BwdParams& p, uint32_t smem,
+                                                unsigned char* smem_ptr, int stage, int batch,
+                                                int kv_head, const QueryTileCursor& tile, int tid) {
+  using Layout = BwdSmem<Cfg>;
+  const int head = kv_head * p.kv_group + tile.group;
+  const Element* q_head = static_cast<const Element*>(p.q) + batch * p.q_stride_b +
+                          head * p.q_stride_h;
+  const Element* do_head = static_cast<const Element*>(p.d_out) + batch * p.do_stride_b +
+                           head * p.do_stride_h;
+  load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_a(stage), q_head, p.q, p.q_stride_s,
+                                    tile.start, p.seq_q, p.head_dim, tid);
+  load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_b(stage), do_head, p.d_out,
+                                    p.do_stride_s, tile.start, p.seq_q, p.head_dim, tid);
+  cp_async_commit();
+  float* const col_lse2 = reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockStream;
+  float* const col_delta =
+      reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockStream;
+  const int64_t row_base = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q;
+  for (int c = tid; c < Cfg::kBlockStream; c += Cfg::kThreads) {
+    const int query = tile.start + c;
+    const bool real = query < p.seq_q;
+    col_lse2[c] = real ? p.lse2[row_base + query] : INFINITY;
+    col_delta[c] = real ? p.delta[row_base + query] : 0.f;
+  }
+}
+
 // dK and dV: grid (key tiles, B * H_kv); a CTA owns kBlockOwn keys of one KV head and walks
 // the query tiles of every query head of its group, so dK and dV are summed over the group in
-// its registers.
+// its registers. The next query tile loads while the current one is computed on.
 template <typename Element, typename Cfg, bool kGeneral>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
     flash_backward_dkdv_mma_kernel(const BwdParams p) {
@@ -388,8 +445,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem_ptr;
   const uint32_t smem = aligned_smem_base<Cfg>(smem_raw, &smem_ptr);
-  float* const col_lse2 = reinterpret_cast<float*>(smem_ptr + Layout::lse);
-  float* const col_delta = reinterpret_cast<float*>(smem_ptr + Layout::delta);
 
   const int kv_start = blockIdx.x * Cfg::kBlockOwn;
   const int batch = blockIdx.y / p.kv_heads;
@@ -398,6 +453,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
+  // K and V of the tile, and the first query tile: one commit group each.
   const Element* k_head = static_cast<const Element*>(p.k) + batch * p.k_stride_b +
                           kv_head * p.k_stride_h;
   const Element* v_head = static_cast<const Element*>(p.v) + batch * p.v_stride_b +
@@ -407,6 +463,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   load_tile<Cfg, Cfg::kBlockOwn>(smem + Layout::own_b, v_head, p.v, p.v_stride_s, kv_start,
                                  p.seq_k, p.head_dim, tid);
   cp_async_commit();
+  QueryTileCursor tile{-1, 0, 0};
+  bool have = tile.advance<Cfg, kGeneral>(p, batch, kv_head, kv_start);
+  if (have) load_query_tile<Element, Cfg>(p, smem, smem_ptr, 0, batch, kv_head, tile, tid);
 
   float dk[Cfg::kDTiles][4], dv[Cfg::kDTiles][4];
 #pragma unroll
@@ -415,52 +474,43 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
     for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.f;
   const float no_row_values[2] = {0.f, 0.f};  // this kernel's lse2 and D are per column
 
-  for (int g = 0; g < p.kv_group; ++g) {
-    const int head = kv_head * p.kv_group + g;
-    const attn::KeyMask<kGeneral> mask(p.mask, batch, head);
-    const int2 queries = queries_seeing_keys(mask, kv_start, kv_start + Cfg::kBlockOwn);
-    const Element* q_head = static_cast<const Element*>(p.q) + batch * p.q_stride_b +
-                            head * p.q_stride_h;
-    const Element* do_head = static_cast<const Element*>(p.d_out) + batch * p.do_stride_b +
-                             head * p.do_stride_h;
-    const int64_t row_base = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q;
+  for (int stage = 0; have; stage ^= 1) {
+    QueryTileCursor next = tile;
+    const bool have_next = next.advance<Cfg, kGeneral>(p, batch, kv_head, kv_start);
+    // This stage has landed for every thread, and every warp is done with the other stage
+    // (the previous tile): the next tile may overwrite it.
+    cp_async_wait<0>();
+    __syncthreads();
+    if (have_next) load_query_tile<Element, Cfg>(p, smem, smem_ptr, stage ^ 1, batch, kv_head, next, tid);
 
-    for (int q_start = queries.x; q_start < queries.y; q_start += Cfg::kBlockStream) {
-      __syncthreads();  // every warp is done with the previous Q, dO, lse2 and D
-      load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_a, q_head, p.q, p.q_stride_s,
-                                        q_start, p.seq_q, p.head_dim, tid);
-      load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_b, do_head, p.d_out, p.do_stride_s,
-                                        q_start, p.seq_q, p.head_dim, tid);
-      cp_async_commit();
-      for (int c = tid; c < Cfg::kBlockStream; c += Cfg::kThreads) {
-        const int query = q_start + c;
-        const bool real = query < p.seq_q;  // padding columns: P = 0
-        col_lse2[c] = real ? p.lse2[row_base + query] : INFINITY;
-        col_delta[c] = real ? p.delta[row_base + query] : 0.f;
-      }
-      cp_async_wait<0>();
-      __syncthreads();
-
-      const int2 unmasked = mask.unmasked_keys(q_start, q_start + Cfg::kBlockStream - 1);
-      const bool apply_mask =
-          !(kv_start >= unmasked.x && kv_start + Cfg::kBlockOwn <= unmasked.y);
-      // S^T = K Q^T, its transforms, P^T; dV += P^T dO.
-      float s[Cfg::kSTiles][4];
-      float slope[kGeneral ? Cfg::kSTiles : 1][4];
-      warp_product_nt<Element, Cfg>(s, Lane::own(smem + Layout::own_a, warp, lane),
-                                    Lane::plain(smem + Layout::stream_a, lane));
-      transform_scores<Cfg, kGeneral, true>(s, slope, mask, p.mask, apply_mask,
-                                            kv_start + warp * 16, q_start, lane);
-      probabilities<Cfg, true>(s, col_lse2, no_row_values, p.scale_log2, lane);
-      warp_product_nn<Element, Cfg>(dv, s, Lane::trans(smem + Layout::stream_b, lane));
-      // dP^T = V dO^T; dS^T; dK += dS^T Q.
-      float ds[Cfg::kSTiles][4];
-      warp_product_nt<Element, Cfg>(ds, Lane::own(smem + Layout::own_b, warp, lane),
-                                    Lane::plain(smem + Layout::stream_b, lane));
-      score_gradients<Cfg, kGeneral, true>(ds, s, slope, kGeneral && p.mask.softcap > 0.0,
-                                           col_delta, no_row_values, lane);
-      warp_product_nn<Element, Cfg>(dk, ds, Lane::trans(smem + Layout::stream_a, lane));
-    }
+    const attn::KeyMask<kGeneral> mask(p.mask, batch, kv_head * p.kv_group + tile.group);
+    const int2 unmasked = mask.unmasked_keys(tile.start, tile.start + Cfg::kBlockStream - 1);
+    const bool apply_mask =
+        !(kv_start >= unmasked.x && kv_start + Cfg::kBlockOwn <= unmasked.y);
+    const float* col_lse2 = reinterpret_cast<const float*>(smem_ptr + Layout::lse) +
+                            stage * Cfg::kBlockStream;
+    const float* col_delta = reinterpret_cast<const float*>(smem_ptr + Layout::delta) +
+                             stage * Cfg::kBlockStream;
+    const uint32_t q_tile = smem + Layout::stream_a(stage);
+    const uint32_t do_tile = smem + Layout::stream_b(stage);
+    // S^T = K Q^T, its transforms, P^T; dV += P^T dO.
+    float s[Cfg::kSTiles][4];
+    float slope[kGeneral ? Cfg::kSTiles : 1][4];
+    warp_product_nt<Element, Cfg>(s, Lane::own(smem + Layout::own_a, warp, lane),
+                                  Lane::plain(q_tile, lane));
+    transform_scores<Cfg, kGeneral, true>(s, slope, mask, p.mask, apply_mask, kv_start + warp * 16,
+                                          tile.start, lane);
+    probabilities<Cfg, true>(s, col_lse2, no_row_values, p.scale_log2, lane);
+    warp_product_nn<Element, Cfg>(dv, s, Lane::trans(do_tile, lane));
+    // dP^T = V dO^T; dS^T; dK += dS^T Q.
+    float ds[Cfg::kSTiles][4];
+    warp_product_nt<Element, Cfg>(ds, Lane::own(smem + Layout::own_b, warp, lane),
+                                  Lane::plain(do_tile, lane));
+    score_gradients<Cfg, kGeneral, true>(ds, s, slope, kGeneral && p.mask.softcap > 0.0, col_delta,
+                                         no_row_values, lane);
+    warp_product_nn<Element, Cfg>(dk, ds, Lane::trans(q_tile, lane));
+    tile = next;
+    have = have_next;
   }
   cp_async_wait<0>();  // a CTA that visited no query tile still has K and V in flight
 
@@ -475,8 +525,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
 #endif
 }
 
+// Issue the copies of one key tile (K and V by cp.async, one commit group) into `stage`.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void load_key_tile(const BwdParams& p, uint32_t smem, int stage,
+                                              const Element* k_head, const Element* v_head,
+                                              int kv_start, int tid) {
+  using Layout = BwdSmem<Cfg>;
+  load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_a(stage), k_head, p.k, p.k_stride_s,
+                                    kv_start, p.seq_k, p.head_dim, tid);
+  load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_b(stage), v_head, p.v, p.v_stride_s,
+                                    kv_start, p.seq_k, p.head_dim, tid);
+  cp_async_commit();
+}
+
 // dQ: grid (query tiles, B * H_q); a CTA owns kBlockOwn queries of one head and walks the key
-// tiles they see (the forward's loop order), recomputing P and dS; dQ stays in registers.
+// tiles they see (the forward's loop order), recomputing P and dS; dQ stays in registers. The
+// next key tile loads while the current one is computed on.
 template <typename Element, typename Cfg, bool kGeneral>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
     flash_backward_dq_mma_kernel(const BwdParams p) {
@@ -496,6 +560,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
+  const attn::KeyMask<kGeneral> mask(p.mask, batch, head);
+  const int q_last = q_start + Cfg::kBlockOwn - 1;
+  const int key_first = max(mask.keys_begin(q_start), 0);
+  const int key_end = mask.keys_end(q_last);
+  const int2 unmasked = mask.unmasked_keys(q_start, q_last);
+  const Element* k_head = static_cast<const Element*>(p.k) + batch * p.k_stride_b +
+                          kv_head * p.k_stride_h;
+  const Element* v_head = static_cast<const Element*>(p.v) + batch * p.v_stride_b +
+                          kv_head * p.v_stride_h;
+
+  // Q and dO of the tile, and the first key tile: one commit group each.
   const Element* q_head = static_cast<const Element*>(p.q) + batch * p.q_stride_b +
                           head * p.q_stride_h;
   const Element* do_head = static_cast<const Element*>(p.d_out) + batch * p.do_stride_b +
@@ -505,6 +580,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
   load_tile<Cfg, Cfg::kBlockOwn>(smem + Layout::own_b, do_head, p.d_out, p.do_stride_s, q_start,
                                  p.seq_q, p.head_dim, tid);
   cp_async_commit();
+  if (key_first < key_end)
+    load_key_tile<Element, Cfg>(p, smem, 0, k_head, v_head, key_first, tid);
 
   const int64_t row_base = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q;
   const int row0 = q_start + warp * 16;
@@ -522,41 +599,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dq[j][e] = 0.f;
 
-  const attn::KeyMask<kGeneral> mask(p.mask, batch, head);
-  const int q_last = q_start + Cfg::kBlockOwn - 1;
-  const int key_first = max(mask.keys_begin(q_start), 0);
-  const int key_end = mask.keys_end(q_last);
-  const int2 unmasked = mask.unmasked_keys(q_start, q_last);
-  const Element* k_head = static_cast<const Element*>(p.k) + batch * p.k_stride_b +
-                          kv_head * p.k_stride_h;
-  const Element* v_head = static_cast<const Element*>(p.v) + batch * p.v_stride_b +
-                          kv_head * p.v_stride_h;
-
-  for (int kv_start = key_first; kv_start < key_end; kv_start += Cfg::kBlockStream) {
-    __syncthreads();  // every warp is done with the previous K and V
-    load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_a, k_head, p.k, p.k_stride_s,
-                                      kv_start, p.seq_k, p.head_dim, tid);
-    load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_b, v_head, p.v, p.v_stride_s,
-                                      kv_start, p.seq_k, p.head_dim, tid);
-    cp_async_commit();
+  int stage = 0;
+  for (int kv_start = key_first; kv_start < key_end; kv_start += Cfg::kBlockStream, stage ^= 1) {
+    // This stage has landed for every thread, and every warp is done with the other one.
     cp_async_wait<0>();
     __syncthreads();
+    if (kv_start + Cfg::kBlockStream < key_end)
+      load_key_tile<Element, Cfg>(p, smem, stage ^ 1, k_head, v_head, kv_start + Cfg::kBlockStream,
+                                  tid);
 
     const bool apply_mask =
         !(kv_start >= unmasked.x && kv_start + Cfg::kBlockStream <= unmasked.y);
+    const uint32_t k_tile = smem + Layout::stream_a(stage);
+    const uint32_t v_tile = smem + Layout::stream_b(stage);
     float s[Cfg::kSTiles][4];
     float slope[kGeneral ? Cfg::kSTiles : 1][4];
     warp_product_nt<Element, Cfg>(s, Lane::own(smem + Layout::own_a, warp, lane),
-                                  Lane::plain(smem + Layout::stream_a, lane));
+                                  Lane::plain(k_tile, lane));
     transform_scores<Cfg, kGeneral, false>(s, slope, mask, p.mask, apply_mask, row0, kv_start,
                                            lane);
     probabilities<Cfg, false>(s, nullptr, row_lse2, p.scale_log2, lane);
     float ds[Cfg::kSTiles][4];
     warp_product_nt<Element, Cfg>(ds, Lane::own(smem + Layout::own_b, warp, lane),
-                                  Lane::plain(smem + Layout::stream_b, lane));
-    score_gradients<Cfg, kGeneral, false>(ds, s, slope, kGeneral && p.mask.softcap > 0.0,
-                                          nullptr, row_delta, lane);
-    warp_product_nn<Element, Cfg>(dq, ds, Lane::trans(smem + Layout::stream_a, lane));
+                                  Lane::plain(v_tile, lane));
+    score_gradients<Cfg, kGeneral, false>(ds, s, slope, kGeneral && p.mask.softcap > 0.0, nullptr,
+                                          row_delta, lane);
+    warp_product_nn<Element, Cfg>(dq, ds, Lane::trans(k_tile, lane));
   }
   cp_async_wait<0>();  // a CTA that visited no key tile still has Q and dO in flight
 
