@@ -181,6 +181,11 @@ struct BwdLane {
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void warp_product_nt(float (&acc)[Cfg::kSTiles][4], uint32_t own_addr,
                                                 uint32_t plain_addr) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: acc = own x streamed^T on tensor cores. Zero acc; per k16 step
+  // HINT: of the head dim, ldmatrix_x4 this warp's A fragment (pair_step(own_addr, kk)) and, per
+  // HINT: pair of n8 tiles np, the B fragments (pair_step(plain_addr, kk) + np * 16 rows), then two
+  // HINT: ElementOps<Element>::mma (the forward's S = Q K^T, one m16 tile).
   using Smem = SmemLayout<Cfg::kHeadDim>;
   constexpr uint32_t kRows16 = 16 * Smem::kRowBytes;
 #pragma unroll
@@ -199,6 +204,7 @@ __device__ __forceinline__ void warp_product_nt(float (&acc)[Cfg::kSTiles][4], u
       ElementOps<Element>::mma(acc[2 * np + 1], a, b[2], b[3]);
     }
   }
+  // END SOLUTION
 }
 
 // acc += W x streamed: W a [16, kBlockStream] fp32 accumulator (P^T, dS^T or dS) rounded to
@@ -208,6 +214,11 @@ template <typename Element, typename Cfg>
 __device__ __forceinline__ void warp_product_nn(float (&acc)[Cfg::kDTiles][4],
                                                 const float (&w)[Cfg::kSTiles][4],
                                                 uint32_t trans_addr) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: acc += W x streamed. Per k16 step kk of the streamed rows, pack W's
+  // HINT: n8 tiles 2kk and 2kk + 1 into the A fragment (as the forward packs P), then per pair of
+  // HINT: d tiles ldmatrix_x4_trans the B fragments (pair_step(trans_addr, dp) + kk * 16 rows) and
+  // HINT: mma (the forward's O += P V).
   using Smem = SmemLayout<Cfg::kHeadDim>;
   using Ops = ElementOps<Element>;
   constexpr uint32_t kRows16 = 16 * Smem::kRowBytes;
@@ -226,6 +237,7 @@ __device__ __forceinline__ void warp_product_nn(float (&acc)[Cfg::kDTiles][4],
       Ops::mma(acc[2 * dp + 1], a, b[2], b[3]);
     }
   }
+  // END SOLUTION
 }
 
 // The score transforms of one score-shaped accumulator, in place: the softcap (general
@@ -356,6 +368,9 @@ constexpr int kPreprocessWarps = 8;
 template <typename Element>
 __global__ void __launch_bounds__(kPreprocessWarps * 32)
     backward_preprocess_mma_kernel(const BwdParams p) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: one warp per query row: D = sum over head_dim of dO * O (pairs of
+  // HINT: elements per lane, a warp shuffle reduction) and lse2 = lse (+inf where -inf).
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
@@ -381,6 +396,7 @@ __global__ void __launch_bounds__(kPreprocessWarps * 32)
     p.delta[row] = sum;
     p.lse2[row] = lse == -INFINITY ? INFINITY : lse;
   }
+  // END SOLUTION
 }
 
 // The dK/dV kernel's walk over (query head of the group, query tile): `group` indexes the
@@ -410,6 +426,10 @@ template <typename Element, typename Cfg>
 __device__ __forceinline__ void load_query_tile(const BwdParams& p, uint32_t smem,
                                                 unsigned char* smem_ptr, int stage, int batch,
                                                 int kv_head, const QueryTileCursor& tile, int tid) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: load_tile Q and dO of the query head (kv_head * kv_group +
+  // HINT: tile.group) at rows tile.start into stream_a/b(stage), cp_async_commit, then write the
+  // HINT: stage's lse2 and D columns (+inf and 0 for rows >= seq_q).
   using Layout = BwdSmem<Cfg>;
   const int head = kv_head * p.kv_group + tile.group;
   const Element* q_head = static_cast<const Element*>(p.q) + batch * p.q_stride_b +
@@ -431,6 +451,7 @@ __device__ __forceinline__ void load_query_tile(const BwdParams& p, uint32_t sme
     col_lse2[c] = real ? p.lse2[row_base + query] : INFINITY;
     col_delta[c] = real ? p.delta[row_base + query] : 0.f;
   }
+  // END SOLUTION
 }
 
 // dK and dV: grid (key tiles, B * H_kv); a CTA owns kBlockOwn keys of one KV head and walks
@@ -440,6 +461,11 @@ template <typename Element, typename Cfg, bool kGeneral>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
     flash_backward_dkdv_mma_kernel(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: load K and V of the key tile; walk the (query head, query tile)
+  // HINT: pairs with QueryTileCursor, the next tile loading into the other stage; per tile:
+  // HINT: S^T = K Q^T (warp_product_nt), transform_scores, probabilities, dV += P^T dO
+  // HINT: (warp_product_nn), dP^T = V dO^T, score_gradients, dK += dS^T Q. Store dK * scale, dV.
   using Layout = BwdSmem<Cfg>;
   using Lane = BwdLane<Cfg>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -520,6 +546,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
                            row0, p.seq_k, p.head_dim, lane);
   store_rows<Element, Cfg>(dv, 1.f, static_cast<Element*>(p.dv) + kv_row_base * p.head_dim, row0,
                            p.seq_k, p.head_dim, lane);
+  // END SOLUTION
 #else
   __trap();  // built for a GPU older than sm_80: the host refuses to launch
 #endif
@@ -545,6 +572,10 @@ template <typename Element, typename Cfg, bool kGeneral>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
     flash_backward_dq_mma_kernel(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: load Q and dO of the query tile; walk the key tiles the tile
+  // HINT: sees (double-buffered); per tile S = Q K^T, transform_scores, probabilities, dP = dO V^T,
+  // HINT: score_gradients, dQ += dS K. Store dQ * scale.
   using Layout = BwdSmem<Cfg>;
   using Lane = BwdLane<Cfg>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -630,6 +661,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
 
   store_rows<Element, Cfg>(dq, p.scale, static_cast<Element*>(p.dq) + row_base * p.head_dim, row0,
                            p.seq_q, p.head_dim, lane);
+  // END SOLUTION
 #else
   __trap();
 #endif
