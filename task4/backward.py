@@ -8,10 +8,10 @@ inference path, and `loss.backward()` then runs FlashAttention-2's backward:
               (flash_attention_mma), each also writing the base-2 log-sum-exp of every query
               row (lse2 = log2(sum_j exp(s_ij)), s the scaled logits; its sinks included);
               saved: q, k, v, out and lse, never an S x S matrix
-    backward  the fp32 backward kernel (task4/flash_backward.cu): dq, dk, dv; dk and dv
-              summed over each KV head's query group (GQA). fp16/bf16 inputs (the
-              tensor-core backward is a later piece of work) run it on float32 copies of q, k,
-              v, out and d_out, and the gradients are cast back to the input dtype.
+    backward  fp32: the fp32 backward kernel (task4/flash_backward.cu); fp16/bf16: the
+              tensor-core backward (task4/flash_backward_mma.cu, mma.sync, sm_80+), in the
+              input dtype with fp32 accumulators. Both give dq, dk, dv with dk and dv summed
+              over each KV head's query group (GQA), both deterministic.
 
 Without grad (inference, torch.no_grad(), inputs that do not require grad) nothing changes: no
 lse is computed, the Hopper kernel and the strided classes still run where they apply.
@@ -25,7 +25,7 @@ raise a sentence: their gradients are not implemented. The backward is determini
 atomics): two runs give bit-identical gradients.
 
 On a CPU these operators have no kernel; tests/test_task4_backward.py stands task 3's
-PyTorch version (task3/flash_backward.py) in for the extension's three entries that
+PyTorch version (task3/flash_backward.py) in for the extension's four entries that
 `kernel_forward` and `kernel_backward` call, to check the plumbing there.
 """
 
@@ -64,10 +64,15 @@ def kernel_forward(q, k, v, causal, window, stride, mask, key_lengths, left_padd
 
 def kernel_backward(q, k, v, out, lse, d_out, causal, window, stride, mask, key_lengths,
                     left_padding, softcap, scale):
-    """(dq, dk, dv) in the dtypes of q, k, v from the fp32 backward kernel; fp16/bf16 inputs
-    (and an fp16/bf16 additive mask) are computed on float32 copies."""
+    """(dq, dk, dv) in the dtypes of q, k, v: the tensor-core backward for fp16/bf16, the fp32
+    lesson kernel for float32 (and for anything else, on float32 copies)."""
     ext = _extension()
     dtype = q.dtype
+    if dtype in HALF_DTYPES:
+        dq, dk, dv = call_extension(ext.flash_attention_backward_mma, q, k, v, out.to(dtype),
+                                    lse, d_out.to(dtype), causal, window, stride, mask,
+                                    key_lengths, left_padding, softcap, scale)
+        return dq, dk, dv
     if dtype != torch.float32:
         q, k, v, out, d_out = (t.float() for t in (q, k, v, out, d_out))
         if mask is not None and mask.dtype in HALF_DTYPES:

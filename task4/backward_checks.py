@@ -44,7 +44,7 @@ from common.variants import (
     reference_lse_variant,
     softmax_scale,
 )
-from task4.manifest import BACKWARD_FP32_SHAPES, backward_prefix
+from task4.manifest import BACKWARD_FP32_SHAPES, BACKWARD_HALF_SHAPES, backward_prefix
 
 LOG2E = 1.4426950408889634
 # Finite differences: central, step 1e-6 in float64; the kernel must match them within this
@@ -350,29 +350,33 @@ def input_checks(device) -> list[Check]:
     ]
 
 
-def compile_checks(gen, device) -> list[Check]:
-    """torch.compile(fullgraph=True) over forward + loss: no graph break, the eager gradients."""
+def compile_checks(gen, device, dtype=torch.float32) -> list[Check]:
+    """torch.compile(fullgraph=True) over forward + loss: no graph break, the eager gradients
+    (the fp32 kernels, or with an fp16/bf16 dtype the tensor-core ones)."""
     from task4.attention import flash_attention
 
-    q = torch.randn(2, 4, 77, 64, device=device, generator=gen)
-    k, v = (torch.randn(2, 2, 100, 64, device=device, generator=gen) for _ in range(2))
+    q = torch.randn(2, 4, 77, 64, device=device, generator=gen).to(dtype)
+    k, v = (torch.randn(2, 2, 100, 64, device=device, generator=gen).to(dtype) for _ in range(2))
 
     def step(q, k, v):
         return flash_attention(q, k, v, causal=True).square().sum()
 
+    suffix = "" if dtype == torch.float32 else f" {str(dtype).removeprefix('torch.')}"
     grads = {}
     for label, fn in (("eager", step), ("compiled", torch.compile(step, fullgraph=True))):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         try:
             fn(*leaves).backward()
         except Exception as err:   # a compile failure of any kind is this check's failure
-            return [Check("torch.compile(fullgraph=True) forward + backward", False,
+            return [Check(f"torch.compile(fullgraph=True) forward + backward{suffix}", False,
                           f"{label} raised {type(err).__name__}: {str(err).splitlines()[0][:200]}")]
         grads[label] = [t.grad for t in leaves]
-    worst = max((a - b).abs().max().item() / max(a.abs().max().item(), 1e-30)
+    worst = max((a.float() - b.float()).abs().max().item() / max(a.float().abs().max().item(), 1e-30)
                 for a, b in zip(grads["eager"], grads["compiled"], strict=True))
-    return [Check("torch.compile(fullgraph=True) forward + backward", worst <= 1e-5,
-                  f"max relative difference to eager {worst:.1e}")]
+    # fp16/bf16: the compiled loss may round its d_out (2 * out) apart from eager's.
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    return [Check(f"torch.compile(fullgraph=True) forward + backward{suffix}", worst <= tolerance,
+                  f"max relative difference to eager {worst:.1e} (tolerance {tolerance:.0e})")]
 
 
 # --- groups ------------------------------------------------------------------------------------
@@ -452,5 +456,181 @@ def backward_bench_group(args=None):
     return checks, metrics
 
 
+# --- fp16/bf16: the tensor-core backward (task4/flash_backward_mma.cu) ------------------------
+
+def _half_cases(dtype: torch.dtype) -> list[Case]:
+    """Every case of the fp16/bf16 group for one dtype (the group runs both): odd lengths, head
+    dims 8..128 (64 and 128 instantiated, the others padded), S_q != S_k both ways, GQA ratios 1
+    to 8, every variant training uses (and the rest the forward takes), logits x6; d_out is a
+    strided view in every case (an expanded one in `expanded`)."""
+    def case(*args, **kwargs):
+        return Case(*args, dtype=dtype, **kwargs)
+
+    return [
+        case(1, 1, 1, 1, 1, 64), case(2, 4, 4, 7, 7, 64, True), case(2, 4, 4, 77, 77, 128),
+        case(1, 3, 3, 130, 130, 128, True), case(1, 2, 2, 1000, 1000, 64, True),
+        case(1, 2, 2, 1000, 1000, 128),
+        *(case(2, 2, 2, 77, 77, d, True) for d in (8, 16, 40, 72, 96, 120)),
+        case(2, 4, 2, 77, 130, 64), case(2, 4, 2, 77, 130, 128, True),
+        case(2, 4, 2, 130, 77, 64), case(2, 4, 2, 130, 77, 128, True),   # rows that see no key
+        case(2, 8, 8, 1, 200, 64, True), case(2, 8, 2, 300, 33, 128),
+        *(case(1, 2 * ratio, 2, 97, 130, 64 if ratio % 2 else 128, ratio % 3 != 0)
+          for ratio in range(1, 9)),                                          # GQA ratios 1..8
+        case(2, 4, 2, 200, 200, 64, True, "window16"), case(2, 4, 2, 200, 200, 128, False, "window50"),
+        case(3, 4, 2, 77, 130, 64, True, "lengths"), case(3, 4, 2, 77, 130, 128, True, "left"),
+        case(3, 4, 2, 130, 77, 128, False, "lengths"),
+        case(2, 4, 2, 77, 100, 64, False, "bool"), case(2, 4, 4, 77, 100, 128, True, "additive"),
+        case(1, 4, 2, 130, 130, 64, True, "stride3"),
+        case(2, 8, 2, 77, 130, 64, True, "softcap"), case(2, 4, 4, 130, 130, 128, False, "softcap"),
+        case(2, 4, 2, 77, 130, 128, True, "sinks"), case(2, 4, 4, 77, 77, 64, True, "scale"),
+        case(2, 4, 2, 77, 130, 64, True, "views"), case(2, 4, 2, 77, 77, 128, True, "expanded"),
+        case(2, 4, 2, 130, 130, 64, False, logits=6.0), case(2, 4, 2, 130, 130, 128, True, logits=6.0),
+        case(2, 4, 1, 200, 200, 128, True, "window50", logits=6.0),
+    ]
+
+
+HALF_SMALL_CASES = [Case(2, 4, 4, 7, 7, 64, True, dtype=torch.float16),
+                    Case(2, 4, 2, 13, 29, 128, True, "window8", dtype=torch.bfloat16),
+                    Case(2, 4, 2, 29, 13, 64, True, "lengths", dtype=torch.float16),
+                    Case(1, 4, 1, 33, 33, 128, True, "softcap", dtype=torch.bfloat16)]
+
+
+def _half_input_checks(device) -> list[Check]:
+    """Bad input to the tensor-core backward's entry raises a sentence naming what is wrong."""
+    from task4.attention import _extension
+
+    bwd = _extension().flash_attention_backward_mma
+    q = torch.randn(1, 2, 16, 64, device=device, dtype=torch.float16)
+    lse = torch.zeros(1, 2, 16, device=device)
+    strict = (ValueError, TypeError)
+
+    def raises(name, fn, mention):
+        return check_raises(f"backward fp16/bf16 input: {name}", fn, exc_types=strict,
+                            must_mention=mention)
+
+    return [
+        raises("lse of the wrong shape", lambda: bwd(q, q, q, q, lse[:, :, :8], q), "lse"),
+        raises("lse float16", lambda: bwd(q, q, q, q, lse.half(), q), "lse"),
+        raises("d_out of another dtype", lambda: bwd(q, q, q, q, lse, q.bfloat16()), "d_out"),
+        raises("out of the wrong shape", lambda: bwd(q, q, q, q[:, :1], lse, q), "out"),
+        raises("float32 q", lambda: bwd(q.float(), q, q, q, lse, q), "dtype"),
+        raises("head_dim 136", lambda: bwd(*(torch.zeros(1, 1, 4, 136, device=device,
+                                                         dtype=torch.float16),) * 4,
+                                           torch.zeros(1, 1, 4, device=device),
+                                           torch.zeros(1, 1, 4, 136, device=device,
+                                                       dtype=torch.float16)), "head_dim"),
+    ]
+
+
+def backward_half_group(args=None):
+    """The fp16/bf16 backward through autograd: every case of _half_cases in both dtypes by
+    FlashAttention-2's criterion per gradient (PyTorch's same-dtype autograd as the yardstick),
+    each run twice and bit-identical; bad input; torch.compile(fullgraph=True) in fp16."""
+    device, gen, checks = gpu_group("backward-half", args)
+    if device is None:
+        return checks, {}
+    checks += _half_input_checks(device)
+    for dtype in (torch.float16, torch.bfloat16):
+        checks += _case_checks(_half_cases(dtype), gen, device)
+    checks += compile_checks(gen, device, dtype=torch.float16)
+    return checks, {}
+
+
+def backward_half_small_group(args=None):
+    """A few fp16/bf16 cases, tiny: what compute-sanitizer runs."""
+    device, gen, checks = gpu_group("backward-half-small", args)
+    if device is None:
+        return checks, {}
+    return checks + _case_checks(HALF_SMALL_CASES, gen, device), {}
+
+
+def _sdpa_backward_timer(backend, leaves, d_out, causal, warmup):
+    """(a timer of SDPA's backward pinned to `backend`, None) or (None, why it refused)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    if backend is None:
+        return None, "this torch has no such backend"
+    try:
+        with sdpa_kernel(backend):
+            out = F.scaled_dot_product_attention(*leaves, is_causal=causal)
+            torch.autograd.grad(out, leaves, d_out, retain_graph=True)
+            torch.cuda.synchronize()
+    except RuntimeError as err:   # "No available kernel" and the like
+        return None, str(err).strip().splitlines()[0][:120]
+
+    def run():
+        torch.autograd.grad(out, leaves, d_out, retain_graph=True)
+
+    return (lambda reps: time_cuda(run, warmup=warmup, repeats=reps).median_ms), None
+
+
+def backward_half_bench_group(args=None):
+    """The fp16/bf16 backward against SDPA's FLASH (FlashAttention-2's own backward) and cuDNN
+    backends, same dtype, same inputs, alternating rounds in one process: TFLOP/s (2.5 x the
+    forward's FLOPs / time) and ratio = SDPA's time / ours, per BACKWARD_HALF_SHAPES and mask."""
+    from torch.nn.attention import SDPBackend
+
+    from task4.attention import flash_attention
+
+    device, gen, checks = gpu_group("backward-half-bench", args)
+    if device is None:
+        return checks, {}
+    backends = {"flash": SDPBackend.FLASH_ATTENTION,
+                "cudnn": getattr(SDPBackend, "CUDNN_ATTENTION", None)}
+    metrics: dict[str, float] = {}
+    for dtype_name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        for shape in BACKWARD_HALF_SHAPES:
+            b, h, s, d = _shape_of(shape)
+            warmup, rounds, repeats = (3, 5, 10) if s <= 4096 else (2, 5, 5)
+            q, k, v, d_out = (torch.randn(b, h, s, d, device=device, generator=gen, dtype=dtype)
+                              for _ in range(4))
+            for causal in (False, True):
+                mask = "causal" if causal else "noncausal"
+                prefix = backward_prefix(dtype_name, shape, mask)
+                leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+                try:
+                    ours_out = flash_attention(*leaves, causal=causal)
+                    torch.autograd.grad(ours_out, leaves, d_out, retain_graph=True)
+                except (NotImplementedError, RuntimeError, ValueError) as err:
+                    checks.append(Check(f"backward {dtype_name} {shape} {mask}", False,
+                                        f"raised {type(err).__name__}: {str(err).splitlines()[0]}"))
+                    continue
+
+                def ours(reps, out=ours_out, leaves=leaves, d_out=d_out, warmup=warmup):
+                    def run():
+                        torch.autograd.grad(out, leaves, d_out, retain_graph=True)
+
+                    return time_cuda(run, warmup=warmup, repeats=reps).median_ms
+
+                timers, refused = {"ours": ours}, {}
+                for peer, backend in backends.items():
+                    timer, why = _sdpa_backward_timer(backend, leaves, d_out, causal, warmup)
+                    if timer is None:
+                        refused[peer] = why
+                    else:
+                        timers[peer] = timer
+                ms = interleaved_medians(timers, rounds=rounds, repeats=repeats)
+                flops = 2.5 * attention_flops(b, h, s, s, d, causal)
+                metrics[f"{prefix}.ms"] = ms["ours"]
+                metrics[f"{prefix}.tflops"] = tflops(flops, ms["ours"])
+                detail = [f"ours {ms['ours']:.3f} ms = {tflops(flops, ms['ours']):.1f} TFLOP/s"]
+                for peer in backends:
+                    if peer in ms:
+                        metrics[f"{prefix}.sdpa_{peer}_tflops"] = tflops(flops, ms[peer])
+                        metrics[f"{prefix}.ratio_vs_sdpa_{peer}"] = ms[peer] / ms["ours"]
+                        detail.append(f"SDPA {peer} {ms[peer]:.3f} ms, ratio "
+                                      f"{ms[peer] / ms['ours']:.2f}x")
+                    else:
+                        detail.append(f"SDPA {peer} refused: {refused[peer]}")
+                checks.append(Check(f"backward {dtype_name} {shape} {mask} timing", True,
+                                    "; ".join(detail) + " (ratio = SDPA's time / ours)"))
+                del ours_out, timers, leaves
+            del q, k, v, d_out
+            torch.cuda.empty_cache()
+    return checks, metrics
+
+
 GROUPS = {"backward-small": backward_small_group, "backward": backward_group,
-          "backward-bench": backward_bench_group}
+          "backward-bench": backward_bench_group, "backward-half-small": backward_half_small_group,
+          "backward-half": backward_half_group, "backward-half-bench": backward_half_bench_group}

@@ -129,6 +129,8 @@ VARIANTS_SECTION = Section(
 # --- the backward pass (task4/backward_checks.py) ---------------------------------------------
 
 BACKWARD_FP32_SHAPES = ("b4_h32_s1024_d64", "b1_h32_s4096_d128")
+# The tensor-core backward (fp16/bf16): issue 33's Measure shapes.
+BACKWARD_HALF_SHAPES = ("b4_h32_s4096_d128", "b8_h32_s2048_d64", "b1_h32_s16384_d128")
 
 
 def backward_prefix(dtype: str, shape: str, mask: str) -> str:
@@ -155,6 +157,33 @@ BACKWARD_SECTION = Section(
                             when=backward_prefix("fp32", shape, mask))
                         for shape in BACKWARD_FP32_SHAPES for mask in MASKS)),),
     sources=("task4.backward",), where="beyond")
+
+BACKWARD_HALF_SECTION = Section(
+    "The backward pass on tensor cores (fp16/bf16) vs SDPA's FLASH and cuDNN backwards",
+    intro=("task4/flash_backward_mma.cu through autograd (`python -m task4.test "
+           "--backward-half-bench`): the backward alone, the forward's output and lse saved; "
+           "TFLOP/s = 2.5 x the forward's 4·B·H·S²·D (halved when causal) / time; ratio = SDPA's "
+           "time / ours (> 1 means faster), SDPA pinned to FLASH_ATTENTION (FlashAttention-2's "
+           "backward) and to CUDNN_ATTENTION, same dtype, alternating rounds in one process. Our "
+           "dQ is a separate deterministic pass (7 tile products where FlashAttention-2's "
+           "atomics need 5), which the 2.5x convention does not count. Correctness of every "
+           "variant: `python -m task4.test --backward-half`.",),
+    blocks=(Table(("dtype", "shape", "mask", "ours TFLOP/s", "SDPA flash TFLOP/s", "vs flash",
+                   "SDPA cuDNN TFLOP/s", "vs cuDNN"),
+                  tuple(Row((dtype, shape, mask,
+                             Metric(f"{backward_prefix(dtype, shape, mask)}.tflops", "{:.1f}"),
+                             Metric(f"{backward_prefix(dtype, shape, mask)}.sdpa_flash_tflops",
+                                    "{:.1f}"),
+                             Metric(f"{backward_prefix(dtype, shape, mask)}.ratio_vs_sdpa_flash",
+                                    suffix="x"),
+                             Metric(f"{backward_prefix(dtype, shape, mask)}.sdpa_cudnn_tflops",
+                                    "{:.1f}"),
+                             Metric(f"{backward_prefix(dtype, shape, mask)}.ratio_vs_sdpa_cudnn",
+                                    suffix="x")),
+                            when=backward_prefix(dtype, shape, mask))
+                        for dtype in ("fp16", "bf16") for shape in BACKWARD_HALF_SHAPES
+                        for mask in MASKS)),),
+    sources=("task4.backward.fp16", "task4.backward.bf16"), where="beyond")
 
 # --- the Hopper kernel's ladder (task4/hopper_ladder.py) --------------------------------------
 
@@ -278,5 +307,5 @@ MANIFEST = TaskManifest(
                        label=f"{'c' if mask == 'causal' else 'nc'} {label.strip('()').replace(', ', 'x')}")
                 for shape, label in COURSE_SHAPES for mask in MASKS),
     sections=(COURSE_SECTION, KERNEL_SECTION, VARIANTS_SECTION, HOPPER_SECTION,
-              HOPPER_VARIANTS_SECTION, BACKWARD_SECTION),
+              HOPPER_VARIANTS_SECTION, BACKWARD_SECTION, BACKWARD_HALF_SECTION),
     cpu_note="its kernel is CUDA")

@@ -137,7 +137,8 @@ def test_groups_and_course_metric_names():
                                        "mma-bench", "variants-small", "variants",
                                        "variants-inputs", "strided", "variants-bench",
                                        "fp32-accuracy", "backward-small", "backward",
-                                       "backward-bench"]
+                                       "backward-bench", "backward-half-small", "backward-half",
+                                       "backward-half-bench"]
     names = {f"task4.speedup.{c.mask}.{c.label}" for c in task4_test.COURSE_CASES}
     assert names == set(task4_test.SPEEDUP_METRICS) == {
         "task4.speedup.noncausal.b4_s128", "task4.speedup.noncausal.b64_s4096",

@@ -1,12 +1,13 @@
 """The attention backward on task 4's kernels (issue 33): task4/backward.py and
 task4/backward_checks.py.
 
-CPU (CI): the Python side with a stand-in extension whose three entries are task 3's PyTorch
+CPU (CI): the Python side with a stand-in extension whose four entries are task 3's PyTorch
 forward and backward (task3/flash_backward.py): gradients reach q, k and v through the custom
 operators in the right order and dtypes, the lse is computed only when autograd needs it,
 torch.library.opcheck and torch.compile(fullgraph=True) accept the operators, gradcheck
 passes through them, and a mask or sinks that require grad raise a sentence.
-GPU: the groups of `python -m task4.test --backward-small --backward --backward-bench`.
+GPU: the groups of `python -m task4.test --backward-small --backward --backward-bench` and
+of the fp16/bf16 backward, `--backward-half-small --backward-half --backward-half-bench`.
 """
 
 from __future__ import annotations
@@ -75,6 +76,20 @@ class BackwardExtension:
         return list(flash_attention_backward(q, k, v, out, natural, d_out, causal, 16, 16,
                                              scale=scale, softcap=softcap))
 
+    def flash_attention_backward_mma(self, q, k, v, out, lse, d_out, causal, window, stride,
+                                     mask, key_lengths, left_padding, softcap, scale):
+        # The tensor-core backward takes fp16/bf16 in and gives gradients in the same dtype;
+        # the stand-in computes them in float32 (task 3's tiles) and rounds.
+        assert q.dtype in (torch.float16, torch.bfloat16) and lse.dtype == torch.float32
+        assert all(t.dtype == q.dtype for t in (k, v, out, d_out))
+        self._task3_settings(window, stride, mask, key_lengths, left_padding)
+        self.calls.append(("backward_mma", True))
+        natural = (lse / LOG2E).float()
+        grads = flash_attention_backward(q.float(), k.float(), v.float(), out.float(), natural,
+                                         d_out.float(), causal, 16, 16, scale=scale,
+                                         softcap=softcap)
+        return [g.to(q.dtype) for g in grads]
+
 
 @pytest.fixture
 def fake_ext(monkeypatch):
@@ -114,8 +129,8 @@ def test_gradients_reach_q_k_v_through_the_operators(fake_ext, dtype, settings, 
         assert mine.dtype == dtype and mine.shape == pt.shape, name
         passed, err, bound = fa2_criterion(mine, ref, pt)
         assert passed, f"{name}: {err:.2e} > {bound:.2e}"
-    entry = "fp32" if dtype == torch.float32 else "mma"
-    assert fake_ext.calls == [(entry, True), ("backward", True)]
+    entry, backward = ("fp32", "backward") if dtype == torch.float32 else ("mma", "backward_mma")
+    assert fake_ext.calls == [(entry, True), (backward, True)]
 
 
 def test_the_formula_is_the_repositorys_truth():
@@ -215,19 +230,27 @@ def test_torch_compile_fullgraph_traces_the_entry(fake_ext):
         torch.testing.assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
 
 
-def test_half_inputs_run_the_fp32_backward_on_float32_copies(fake_ext, monkeypatch):
+def test_half_inputs_run_the_tensor_core_backward_in_their_dtype(fake_ext, monkeypatch):
+    """fp16/bf16 gradients come from flash_attention_backward_mma, called with q, k, v, out and
+    d_out in the input dtype (no float32 copies), never from the fp32 lesson kernel."""
     seen = []
-    original = fake_ext.flash_attention_backward_fp32
+    original = fake_ext.flash_attention_backward_mma
 
     def spy(q, k, v, out, lse, d_out, *rest):
-        seen.append(tuple(t.dtype for t in (q, k, v, out, d_out)))
+        seen.append(tuple(t.dtype for t in (q, k, v, out, d_out)) + (lse.dtype,))
         return original(q, k, v, out, lse, d_out, *rest)
 
-    monkeypatch.setattr(fake_ext, "flash_attention_backward_fp32", spy)
-    (q, k, v), d_out = _inputs(dtype=torch.bfloat16)
-    grads = _ours(q, k, v, d_out, causal=True)[1:]
-    assert seen == [(torch.float32,) * 5]
-    assert all(g.dtype == torch.bfloat16 for g in grads)
+    def no_fp32(*args):
+        raise AssertionError("fp16/bf16 gradients must not run the fp32 backward")
+
+    monkeypatch.setattr(fake_ext, "flash_attention_backward_mma", spy)
+    monkeypatch.setattr(fake_ext, "flash_attention_backward_fp32", no_fp32)
+    for dtype in (torch.bfloat16, torch.float16):
+        (q, k, v), d_out = _inputs(dtype=dtype)
+        grads = _ours(q, k, v, d_out, causal=True)[1:]
+        assert seen[-1] == (dtype,) * 5 + (torch.float32,)
+        assert all(g.dtype == dtype for g in grads)
+    assert len(seen) == 2
 
 
 def test_groups_are_in_task4_test():
@@ -285,3 +308,43 @@ def test_task4_backward_bench():
     checks, metrics = backward_bench_group()
     assert_checks(checks)
     assert any(name.endswith(".ratio_vs_sdpa_efficient") for name in metrics)
+
+
+# --- GPU: the tensor-core (fp16/bf16) backward ---------------------------------------------
+
+
+@pytest.mark.gpu
+def test_task4_backward_half_small():
+    from task4.backward_checks import backward_half_small_group
+
+    checks, _ = backward_half_small_group()
+    assert_checks(checks)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_task4_backward_half():
+    """Every fp16/bf16 case by FlashAttention-2's criterion per gradient, bit-identical twice."""
+    from task4.backward_checks import backward_half_group
+
+    checks, _ = backward_half_group()
+    assert_checks(checks)
+
+
+@pytest.mark.timed
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_task4_backward_half_bench():
+    """The metrics of issue 33's Measure section exist (no target is asserted: a missed one is
+    recorded, it fails nothing)."""
+    from task4.backward_checks import backward_half_bench_group
+    from task4.manifest import BACKWARD_HALF_SHAPES, backward_prefix
+
+    checks, metrics = backward_half_bench_group()
+    assert_checks(checks)
+    for dtype in ("fp16", "bf16"):
+        for shape in BACKWARD_HALF_SHAPES:
+            for mask in ("noncausal", "causal"):
+                prefix = backward_prefix(dtype, shape, mask)
+                assert f"{prefix}.tflops" in metrics and f"{prefix}.ratio_vs_sdpa_flash" in metrics
+    assert any(name.endswith(".ratio_vs_sdpa_cudnn") for name in metrics)
