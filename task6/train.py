@@ -2,7 +2,7 @@
 
     python -m task6.train                            # both models, fp32, 300 steps each
     python -m task6.train --model gpt2 --steps 100   # one model, fewer steps
-    python -m task6.train --dtype bf16               # pure bf16 weights (see "dtypes" below)
+    python -m task6.train --dtype bf16               # bf16 compute, fp32 master weights
     python -m task6.train --seed-noise               # also SDPA from other weights: the seed noise
     python -m task6.train --plot-only                # redraw the plot from the saved curves (CPU too)
 
@@ -40,8 +40,8 @@ What is reported, per model:
 
 dtypes: fp32 runs task 4's fp32 forward and the lesson backward (task4/flash_backward.cu).
 fp16 and bf16 go through the same autograd entry (the tensor-core forward; the backward as
-task4/backward.py runs it for those dtypes today); the weights are then in that dtype (pure
-half-precision training, no master copy, no loss scaling), so prefer bf16 of the two. Each
+task4/backward.py runs it for those dtypes today); the model then computes in that dtype and
+AdamW updates fp32 master copies of its weights (no loss scaling). Each
 run's figures go to results/<gpu>.json (task6/manifest.py names them: task6.train.<model>.
 <dtype>.<field>, and the issue's task6.train.loss_gap, task6.train.step_time_ratio_vs_sdpa,
 task7.hf.train.gpt2.{fallbacks,loss_gap} from fp32 runs). Exit status 0 when every check
@@ -305,7 +305,7 @@ assert tuple(PAIRS) == TRAIN_MODELS
 class Run:
     name: str
     model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
+    optimizer: Optimizer
     losses: list[torch.Tensor] = field(default_factory=list)
     times: list = field(default_factory=list)        # (start, end) events, or host seconds
 
@@ -345,10 +345,7 @@ def train_runs(runs: list[Run], logits: Callable, data: CharData, cfg: TrainConf
             out = logits(run.model, x)
             loss = F.cross_entropy(out.float().flatten(0, 1), y.flatten())
             loss.backward()
-            if cfg.clip > 0:
-                torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.clip)
-            run.optimizer.step()
-            run.optimizer.zero_grad(set_to_none=True)
+            run.optimizer.step()            # clip, AdamW, clear the gradients
             if cuda:
                 end.record()
                 run.times.append((start, end))
@@ -446,8 +443,42 @@ class Result:
         return all(ok for _, ok, _ in self.checks())
 
 
-def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+class Optimizer:
+    """AdamW with gradient clipping. Weights in fp16/bf16 get fp32 master copies that AdamW
+    updates (its moments in fp32 too: fp16 moments underflow, and a zero second moment turns
+    the update into m / eps), copied back into the model after every step: the usual
+    mixed-precision recipe, without loss scaling at these loss magnitudes."""
+
+    def __init__(self, model: torch.nn.Module, cfg: TrainConfig):
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.master = ([p.detach().float().clone() for p in self.params]
+                       if any(p.dtype != torch.float32 for p in self.params) else None)
+        self.clip = cfg.clip
+        self.adam = torch.optim.AdamW(self.master or self.params, lr=cfg.lr, betas=(0.9, 0.95),
+                                      weight_decay=0.0)
+
+    @property
+    def param_groups(self):
+        return self.adam.param_groups
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if self.master is not None:
+            for m, p in zip(self.master, self.params, strict=True):
+                m.grad = None if p.grad is None else p.grad.float()
+        trained = self.master or self.params
+        if self.clip > 0:
+            torch.nn.utils.clip_grad_norm_(trained, self.clip)
+        self.adam.step()
+        if self.master is not None:
+            for m, p in zip(self.master, self.params, strict=True):
+                p.copy_(m)
+        for t in self.params + (self.master or []):
+            t.grad = None
+
+
+def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> Optimizer:
+    return Optimizer(model, cfg)
 
 
 def train_model(name: str, cfg: TrainConfig, data: CharData, device, *, seed_noise: bool = False,

@@ -148,6 +148,26 @@ def test_training_loop_on_the_cpu():
     assert g.losses[-1] < g.losses[0]
 
 
+def test_half_precision_weights_train_on_fp32_master_copies():
+    """bf16 weights: AdamW updates fp32 copies (its moments in fp32), the model stays bf16."""
+    data = tr.CharData.load()
+    cfg = tr.TrainConfig(steps=3, dtype="bf16", **TINY)
+    pair = tr.task6_pair(cfg, data.vocab_size, "cpu", ours_attention="torch")
+    opt = tr.Optimizer(pair.ours, cfg)
+    assert opt.master is not None and all(m.dtype == torch.float32 for m in opt.master)
+    before = [p.detach().clone() for p in opt.params]
+    x, y = tr.get_batch(data.ids, torch.tensor([0, 100]), cfg.seq)
+    loss = torch.nn.functional.cross_entropy(pair.logits(pair.ours, x).float().flatten(0, 1),
+                                             y.flatten())
+    loss.backward()
+    opt.step()
+    assert all(p.grad is None and p.dtype == torch.bfloat16 for p in opt.params)
+    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(opt.params, opt.master))
+    assert any(not torch.equal(a, b) for a, b in zip(before, opt.params))
+    assert tr.Optimizer(tr.task6_pair(tr.TrainConfig(**TINY), data.vocab_size, "cpu",
+                                      ours_attention="torch").ours, cfg).master is None
+
+
 def test_curves_and_plot(tmp_path):
     curves = tr.save_curves([_result(), _result("gpt2")], tmp_path / "train_x_curves.json")
     tr.save_curves([_result(dtype="bf16")], curves)                  # merged, not replaced
