@@ -649,6 +649,12 @@ def report_lines(result: Result) -> list[str]:
              f"[{result.model} {result.dtype}] step time (median after {result.config['timing_warmup']}"
              f" steps): ours {f['step_ms']:.3f} ms, SDPA {f['step_ms_sdpa']:.3f} ms, SDPA / ours "
              f"{f['step_time_ratio_vs_sdpa']:.2f}x"]
+    diffs = [abs(a - b) for a, b in zip(result.losses, result.losses_sdpa, strict=True)]
+    if diffs:
+        early = min(10, len(diffs))
+        lines.append(f"[{result.model} {result.dtype}] |ours - SDPA| per step (informative): "
+                     f"largest {max(diffs[:early]):.2e} in the first {early} steps, "
+                     f"{max(diffs):.2e} over all {len(diffs)}")
     if not math.isnan(result.seed_gap):
         lines.append(f"[{result.model} {result.dtype}] seed noise: SDPA from other weights is "
                      f"{result.seed_gap:.3f} SDPA standard deviations from SDPA (ours: "
