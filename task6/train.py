@@ -684,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m task6.train compares our CUDA kernels with SDPA, so it needs an NVIDIA "
               "GPU and a CUDA build of torch; none is visible here (the CPU tests, "
               "tests/test_train.py, check the loop on PyTorch alone).", file=sys.stderr)
-        return 2
+        return 1
     data = CharData.load(args.text)
     print(f"[train] {args.text.name}: {len(data.ids)} characters, vocab {data.vocab_size}; "
           f"{cfg.steps} steps of {cfg.batch} x {cfg.seq}, hidden {cfg.hidden}, {cfg.heads} heads, "

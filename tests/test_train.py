@@ -183,7 +183,7 @@ def test_main_refuses_bad_arguments_and_a_missing_gpu(capsys, tmp_path, monkeypa
     assert tr.main(["--last", "1", "--steps", "5"]) == 2
     assert "--last" in capsys.readouterr().err
     if not torch.cuda.is_available():
-        assert tr.main(["--steps", "20", "--last", "2", "--no-record"]) == 2
+        assert tr.main(["--steps", "20", "--last", "2", "--no-record"]) == 1
         assert "needs an NVIDIA GPU" in capsys.readouterr().err
     monkeypatch.setattr(tr, "curves_path", lambda key=None: tmp_path / "none.json")
     assert tr.main(["--plot-only"]) == 1
