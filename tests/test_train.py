@@ -106,8 +106,12 @@ def test_figures_and_checks_of_a_result():
     names = tr.metrics_of(r)
     assert {manifest.train_metric("task6", "fp32", f) for f in manifest.TRAIN_FIELDS} <= set(names)
     assert names[manifest.TRAIN_LOSS_GAP] == 0.0 and names[manifest.TRAIN_STEP_RATIO] == 1.5
-    gpt2 = tr.metrics_of(_result("gpt2", hf_fallbacks={"dropout in training": 3}))
-    assert gpt2[manifest.GPT2_TRAIN_FALLBACKS] == 3 and manifest.GPT2_TRAIN_LOSS_GAP in gpt2
+    # 3 calls sent to transformers' fallback: 3 forward and 3 backward calls not on our kernels.
+    fell_back = _result("gpt2", hf_fallbacks={"dropout in training": 3},
+                        kernel_forward_calls=237, kernel_backward_calls=237)
+    gpt2 = tr.metrics_of(fell_back)
+    assert gpt2[manifest.GPT2_TRAIN_FALLBACKS] == 6 and manifest.GPT2_TRAIN_LOSS_GAP in gpt2
+    assert not fell_back.passed
     # The issue's dtype-less names come from runs in the headline dtype only.
     bf16 = tr.metrics_of(_result(dtype="bf16"))
     assert manifest.TRAIN_LOSS_GAP not in bf16 and "task6.train.task6.bf16.loss_gap" in bf16
