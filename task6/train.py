@@ -7,7 +7,8 @@
     python -m task6.train --plot-only                # redraw the plot from the saved curves (CPU too)
 
 Two models learn the repository's small text (task6/data/public_domain.txt, 16 KB of
-public-domain English, characters as tokens: no tokenizer, no network):
+public-domain English transcribed for this repository, not a checked edition; characters as
+tokens: no tokenizer, no network):
 
   * task6  task 6's customModel (task6/model.py) in a small configuration, its prefill path
            unfused (fused_prefill=False: attend_custom -> task 4's flash_attention, whose
