@@ -67,9 +67,68 @@ SECTION = Section(
                         for kind, label in PROFILE_KINDS))),
     sources=("task6.",))
 
+# --- training on our kernels (task6/train.py, issue 33; not graded) -------------------------
+
+TRAIN_MODELS = ("task6", "gpt2")              # task 6's model; a random-init GPT-2 (transformers)
+TRAIN_DTYPES = ("fp32", "fp16", "bf16")
+# Per model and dtype: the mean of the last N losses of ours and of SDPA, the loss gap (below),
+# the median step time of each (CUDA events, after warm-up), SDPA's / ours, and the attention
+# calls (forward or backward) that did not run on our kernels.
+TRAIN_FIELDS = ("final_loss", "final_loss_sdpa", "loss_gap", "step_ms", "step_ms_sdpa",
+                "step_time_ratio_vs_sdpa", "fallbacks")
+# loss_gap = |mean of our last N losses - mean of SDPA's last N| / std of SDPA's last N (same
+# init, same batches): the issue's criterion, target <= TRAIN_GAP_TARGET.
+TRAIN_GAP_TARGET = 1.0
+# The issue's own names carry no dtype: they are written from runs in this dtype (fp32 runs the
+# lesson backward kernel; move it to bf16 once the tensor-core backward is the one that runs).
+TRAIN_HEADLINE_DTYPE = "fp32"
+TRAIN_LOSS_GAP = "task6.train.loss_gap"
+TRAIN_STEP_RATIO = "task6.train.step_time_ratio_vs_sdpa"
+GPT2_TRAIN_FALLBACKS = "task7.hf.train.gpt2.fallbacks"
+GPT2_TRAIN_LOSS_GAP = "task7.hf.train.gpt2.loss_gap"
+
+
+def train_metric(model: str, dtype: str, field: str) -> str:
+    """task6.train.<model>.<dtype>.<field>."""
+    return f"task6.train.{model}.{dtype}.{field}"
+
+
+def train_headline_metrics(model: str, fields: dict[str, float]) -> dict[str, float]:
+    """The issue's names for a run of `model` in the headline dtype (fields: TRAIN_FIELDS)."""
+    if model == "task6":
+        return {TRAIN_LOSS_GAP: fields["loss_gap"],
+                TRAIN_STEP_RATIO: fields["step_time_ratio_vs_sdpa"]}
+    if model == "gpt2":
+        return {GPT2_TRAIN_FALLBACKS: fields["fallbacks"], GPT2_TRAIN_LOSS_GAP: fields["loss_gap"]}
+    return {}
+
+
+TRAIN_SECTION = Section(
+    "Training on our kernels: forward + backward against SDPA (`python -m task6.train`)",
+    intro=("Task 6's model (small configuration) and a random-init GPT-2 (transformers, "
+           "`attn_implementation=\"course_kernels\"`, dropout 0) trained on the repository's "
+           "small text, characters as tokens, once on our forward and backward kernels and once "
+           "on SDPA, from the same weights on the same batches, steps alternating in one process. "
+           "Loss gap: |mean of our last 50 losses - SDPA's| / the standard deviation of SDPA's last "
+           f"50 (target <= {TRAIN_GAP_TARGET:g}). Step time: median over the steps after warm-up, "
+           "CUDA events. Fallbacks: attention calls, forward or backward, not on our kernels. "
+           "The curves: results/train_<gpu>.png.",),
+    blocks=(Table(("model", "dtype", "final loss (ours)", "final loss (SDPA)", "loss gap",
+                   "step ms (ours)", "step ms (SDPA)", "SDPA / ours", "fallbacks"),
+                  tuple(Row((m, d, Metric(train_metric(m, d, "final_loss"), "{:.4f}"),
+                             Metric(train_metric(m, d, "final_loss_sdpa"), "{:.4f}"),
+                             Metric(train_metric(m, d, "loss_gap"), "{:.2f}"),
+                             Metric(train_metric(m, d, "step_ms"), "{:.2f}"),
+                             Metric(train_metric(m, d, "step_ms_sdpa"), "{:.2f}"),
+                             Metric(train_metric(m, d, "step_time_ratio_vs_sdpa"), suffix="x"),
+                             Metric(train_metric(m, d, "fallbacks"), "{:.0f}")),
+                            when=f"task6.train.{m}.{d}.")
+                        for m in TRAIN_MODELS for d in TRAIN_DTYPES)),),
+    sources=("task6.train", "task7.hf.train"), where="beyond")
+
 MANIFEST = TaskManifest(
     task=6, points=3, needs_gpu=True, parts=(Part(("correctness", "course"), 3, ("--dtype", "fp32")),),
     shown=(Metric(course_metric("fp32", TTFT_MS), "{:.1f}", " ms", label="TTFT"),
            Metric(course_metric("fp32", TBT_MS), "{:.2f}", " ms", label="TBT")),
-    sections=(SECTION,),
+    sections=(SECTION, TRAIN_SECTION),
     cpu_note="it runs on the kernels of tasks 4 and 5")

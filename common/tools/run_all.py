@@ -13,6 +13,8 @@ output streaming live:
             (task7.inference --record);
   bench     only with --everything: the benchmark sweep that draws the plots of Results.md
             (common.tools.bench; minutes of timing, and it checks nothing the tests do not);
+  train     only with --everything: task 6's model and GPT-2 trained on our forward and
+            backward kernels beside SDPA (task6.train: the loss gap, step times, the curves);
   report    renders Results.md from results/<gpu>.json, where every test recorded its figures.
 `python -m pytest` on a GPU runs every check of these steps and more.
 
@@ -94,6 +96,8 @@ def steps(tasks: list[int], bench: bool, gpu: bool = True,
         skipped.append(("common.tools.report", "a CPU run records no figures for Results.md"))
         return plan, skipped
     if bench:
+        if 6 in tasks and (REPO_ROOT / "task6" / "train.py").exists():
+            plan.append(Step("task6.train", ["task6.train", "--quiet"]))
         plan.append(Step("common.tools.bench", ["common.tools.bench"]))
     plan.append(Step("common.tools.report", ["common.tools.report"]))
     return plan, skipped
