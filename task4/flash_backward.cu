@@ -695,13 +695,8 @@ std::vector<torch::Tensor> flash_attention_backward_fp32(
   const int kv_group = attn::check_qkv_shapes(q, k, v);
   const int64_t batch = q.size(0), heads = q.size(1), seq_q = q.size(2), head_dim = q.size(3);
   const int64_t kv_heads = k.size(1), seq_k = k.size(2);
-  attn::check_head_dim(head_dim);
-  // The forward takes head dims up to kMaxHeadDim; the backward's tiles stop at 128.
+  attn::check_backward_head_dim(head_dim);
   static_assert(attn::kBackwardMaxHeadDim <= 128, "bwd_choice_for_head_dim pads head dims up to 128");
-  TORCH_CHECK_VALUE(head_dim <= attn::kBackwardMaxHeadDim, attn::str("head_dim ", head_dim,
-                    " is not supported by the backward: its kernels take head dims up to ",
-                    attn::kBackwardMaxHeadDim, " (the forward takes up to ", attn::kMaxHeadDim,
-                    "); use torch's scaled_dot_product_attention for training at this head_dim."));
   TORCH_CHECK_VALUE(out.sizes() == q.sizes() && d_out.sizes() == q.sizes(), attn::str("out and d_out "
                     "must have the shape of q ", q.sizes(), " but have ", out.sizes(), " and ",
                     d_out.sizes(), "."));

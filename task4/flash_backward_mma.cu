@@ -105,8 +105,8 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
                     " but is on ", lse.device(), "."));
   const int64_t batch = q.size(0), heads = q.size(1), seq_q = q.size(2), head_dim = q.size(3);
   const int64_t kv_heads = k.size(1), seq_k = k.size(2);
-  attn::check_head_dim(head_dim);
-  static_assert(attn::kMaxHeadDim <= 128, "the dispatch below pads head dims up to 128");
+  attn::check_backward_head_dim(head_dim);
+  static_assert(attn::kBackwardMaxHeadDim <= 128, "the dispatch below pads head dims up to 128");
   TORCH_CHECK_VALUE(out.sizes() == q.sizes() && d_out.sizes() == q.sizes(), attn::str("out and d_out "
                     "must have the shape of q ", q.sizes(), " but have ", out.sizes(), " and ",
                     d_out.sizes(), "."));

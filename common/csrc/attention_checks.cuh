@@ -128,4 +128,13 @@ inline void check_head_dim(int64_t head_dim) {
                     "head_dim, or use torch's scaled_dot_product_attention."));
 }
 
+// The backward kernels' tiles stop at kBackwardMaxHeadDim (the forward's go further).
+inline void check_backward_head_dim(int64_t head_dim) {
+  check_head_dim(head_dim);
+  TORCH_CHECK_VALUE(head_dim <= kBackwardMaxHeadDim, attn::str("head_dim ", head_dim,
+                    " is not supported by the backward: its kernels take head dims up to ",
+                    kBackwardMaxHeadDim, " (the forward takes up to ", kMaxHeadDim,
+                    "); use torch's scaled_dot_product_attention for training at this head_dim."));
+}
+
 }  // namespace attn
