@@ -4,7 +4,8 @@ without a GPU.
 This is how CI, which has no GPU, catches a kernel that does not compile. The sources are
 compiled once per session, in parallel (one process: all at once at the first test; under
 pytest-xdist: each by the worker that runs its test); each file is its own test so a failure
-names it. The
+names it. On a GPU machine a source of an extension the session has built for the GPU (and
+that loads) has compiled already, more strictly, and is not compiled again. The
 .cu files are compiled as common.tools.compile_check does by default (device side: every
 function parsed and checked, every kernel through ptxas; not the host compiler's second pass),
 which is also how the release test compiles the skeleton, so unchanged files compile once.
@@ -22,6 +23,12 @@ from common.tools import compile_check
 SOURCES = compile_check.find_sources()
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _need_nvcc():
     if compile_check.find_nvcc() is None:
         if os.environ.get("ATTN_REQUIRE_NVCC"):
@@ -29,19 +36,46 @@ def _need_nvcc():
         pytest.skip("nvcc is not installed here; the compile check needs the CUDA toolkit")
 
 
+def _built_here(path) -> bool:
+    """On a GPU machine the session built every extension for this GPU before the first test
+    (tests/conftest.py), host code and all, which checks more than this file's device-side
+    compile does: a source of an extension that loads has compiled, and compiling it again cost
+    the suite's workers minutes of CPU. (CI, which has no GPU, compiles every source here.)"""
+    import importlib
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    from common.tools.build_all import build_modules
+
+    relative = str(path.relative_to(compile_check.REPO_ROOT))
+    for name in build_modules():
+        module = importlib.import_module(name)
+        if relative in getattr(module, "SOURCES", ()):
+            try:
+                module.load()
+            except Exception:  # a failed build: compile it here, where the error is shown
+                return False
+            return True
+    return False
+
+
 class _CompiledOnDemand(dict):
     """Under pytest-xdist the sources' tests run on several workers: each compiles only its
-    own source (compile_all in every worker would compile every source once per worker)."""
+    own source (compile_all in every worker would compile every source once per worker), unless
+    the session's build on this GPU has compiled it (_built_here)."""
 
     def __missing__(self, path):
-        self[path] = compile_check.compile_one(path, device_only=True)
+        self[path] = ((True, "") if _built_here(path)
+                      else compile_check.compile_one(path, device_only=True))
         return self[path]
 
 
 @pytest.fixture(scope="session")
 def compiled():
     _need_nvcc()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if os.environ.get("PYTEST_XDIST_WORKER") or _cuda():
         return _CompiledOnDemand()
     return compile_check.compile_all(SOURCES)
 
@@ -116,3 +150,20 @@ def test_each_result_is_reported_as_it_finishes(tmp_path, monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert f"PASS  {fast}" in lines and lines[lines.index(f"FAIL  {slow}") + 1] == "error"
     assert lines[-1] == "1/2 sources compile"
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_every_source_is_in_an_extension_that_loads():
+    """What lets a GPU run skip the compiles: each source is part of an extension the session
+    built for this GPU (a .cu file no compile.py lists would be compiled by nobody there)."""
+    import importlib
+
+    from common.tools.build_all import HOPPER_BUILDS, build_modules
+
+    built = build_modules()
+    owners = {src: name for name in {*built, *HOPPER_BUILDS}
+              for src in importlib.import_module(name).SOURCES}
+    relative = {p: str(p.relative_to(compile_check.REPO_ROOT)) for p in SOURCES}
+    assert not [r for r in relative.values() if r not in owners], "sources no compile.py lists"
+    missing = [r for p, r in relative.items() if owners[r] in built and not _built_here(p)]
+    assert not missing, f"built for this GPU but not loading: {missing}"
