@@ -34,6 +34,12 @@ head h // (H_q / H_kv), as Llama, Mistral and Qwen do.
 `current_pos` and `seq_len` are Python ints or CUDA int32 tensors read on the device, which
 is what lets a CUDA graph replay the decode step while the position advances in place.
 
+The paged KV cache (beyond the course; task5/decode_paged.cu): PageAllocator hands pages
+[num_pages, page_size, H_kv, D] to sequences through a block table as they grow and takes a
+finished sequence's back; paged_rope_append and paged_attention run a model's layer on it,
+on our kernels or in PyTorch (any device); gather_pages and reference_paged_attention are
+the layout and the float64 truth the tests read.
+
 `kernel_ops()` imports the task 4 and task 5 extensions (built on first use). `torch_ops()`
 does the same work with torch.nn.functional.scaled_dot_product_attention: it runs on a CPU,
 so the loop and the mask handling are tested where there is no GPU, and it is the yardstick
