@@ -7,6 +7,11 @@ FlashAttention-2's criterion: the pages gathered into a contiguous cache
 
   paged-small  a few tiny cases (compute-sanitizer), one per page size, with softcap, sinks
                and scale, an empty sequence and a window, fp16
+  paged-bench  the issue's shape (B 8, H_q 32 / H_kv 8, ctx 8192, D 128, fp16): the paged
+               decode (pages shuffled) against decode_gqa.cu on the contiguous cache, timed as
+               CUDA-graph replays in interleaved rounds with the caches rotated beyond L2, at
+               page sizes 16, 64 and 256: time contiguous / time paged (targets: >= 0.9 at 16,
+               >= 0.95 at 64 and 256)
   paged        fp16 and bf16; page sizes 16, 32, 64, 128, 256; GQA ratios 1, 4, 8 and MQA;
                head dims 64, 96, 128, 256; S_q 1 and up to 16 (bottom-right causal); every
                variant (window, stride, bool/additive masks, softcap, sinks, scale), empty
@@ -312,4 +317,74 @@ def paged_group(args=None):
     return checks, {}
 
 
-GROUPS = {"paged-small": paged_small_group, "paged": paged_group}
+# ---- the benchmark ---------------------------------------------------------------------------
+
+BENCH_SHAPE = (8, 32, 8, 8192, 128)          # B, H_q, H_kv, ctx, D
+BENCH_PAGES = {16: 0.9, 64: 0.95, 256: 0.95}  # page size: target of contiguous / paged time
+BENCH_ROUNDS = 5
+ROTATE_BYTES = 256 * 2**20                   # caches together far bigger than the 50 MB L2
+
+
+def paged_metric(page_size: int) -> str:
+    b, hq, hkv, ctx, d = BENCH_SHAPE
+    return f"task5.paged.fp16.b{b}_hq{hq}_hkv{hkv}_ctx{ctx}_d{d}.page{page_size}.ratio_vs_contiguous"
+
+
+def paged_bench_group(args=None):
+    from common.graphs import graph_per_call_timer
+    from common.timing import interleaved_medians
+
+    device, gen, failed = gpu_group("paged-bench", args)
+    if failed:
+        return failed, {}
+    b, hq, hkv, ctx, d = BENCH_SHAPE
+    dtype = torch.float16
+    kv_bytes = 2 * b * hkv * ctx * d * 2
+    copies = max(2, math.ceil(ROTATE_BYTES / kv_bytes))
+    lengths = torch.full((b,), ctx, dtype=torch.int32, device=device)
+    contiguous_sets, paged_sets = [], {page: [] for page in BENCH_PAGES}
+    for _ in range(copies):
+        q = torch.randn(b, hq, 1, d, device=device, generator=gen).to(dtype)
+        k, v = (torch.randn(b, hkv, ctx, d, device=device, generator=gen).to(dtype) for _ in "kv")
+        contiguous_sets.append((q, k, v))
+        for page in BENCH_PAGES:
+            alloc = PageAllocator(b * ctx // page, page, b, ctx // page, device=device, shuffle=page)
+            alloc.append_many({seq: ctx for seq in range(b)})
+            k_pages = torch.empty(b * ctx // page, page, hkv, d, dtype=dtype, device=device)
+            v_pages = torch.empty_like(k_pages)
+            scatter_to_pages(k, k_pages, alloc.block_table)
+            scatter_to_pages(v, v_pages, alloc.block_table)
+            paged_sets[page].append((q, k_pages, v_pages, alloc.block_table, lengths))
+    checks = []
+    q, k, v = contiguous_sets[0]
+    truth = reference_attention_variant(q, k, v, Variant(causal=True))
+    for page, sets in paged_sets.items():
+        err = (paged_decode_attention(*sets[0]).double() - truth).abs().max().item()
+        checks.append(Check(f"paged bench fp16 page {page} vs float64", err < 1e-2,
+                            f"max err {err:.1e}"))
+
+    def contiguous(q, k, v):
+        return attention_module._decode_gqa(q, k, v, True, None, 1, None, None, False, None,
+                                            None, None, None, None)
+
+    def paged(q, k_pages, v_pages, table, lens):
+        return paged_decode_attention(q, k_pages, v_pages, table, lens, validate=False)
+
+    timers = {"contiguous": graph_per_call_timer(contiguous, contiguous_sets)}
+    for page, sets in paged_sets.items():
+        timers[f"page{page}"] = graph_per_call_timer(paged, sets)
+    times = interleaved_medians(timers, rounds=BENCH_ROUNDS)
+    metrics = {"task5.paged.fp16.contiguous_us": times["contiguous"] * 1e3}
+    for page, target in BENCH_PAGES.items():
+        ratio = times["contiguous"] / times[f"page{page}"]
+        metrics[paged_metric(page)] = ratio
+        metrics[paged_metric(page).replace("ratio_vs_contiguous", "us")] = times[f"page{page}"] * 1e3
+        checks.append(Check(f"paged decode fp16 B{b} {hq}/{hkv} ctx {ctx} page {page}: contiguous "
+                            f"time / paged time >= {target}", ratio >= target,
+                            f"paged {times[f'page{page}'] * 1e3:.1f} us, contiguous "
+                            f"{times['contiguous'] * 1e3:.1f} us: {ratio:.2f}", target=True))
+    return checks, metrics
+
+
+GROUPS = {"paged-small": paged_small_group, "paged": paged_group,
+          "paged-bench": paged_bench_group}

@@ -10,7 +10,8 @@
                                          # (task5/variants_checks.py), the fused decode
                                          # kernels (task5/fused_checks.py)
     python -m task5.test --paged         # beyond the course: the paged KV cache
-                                         # (task5/paged_checks.py; --paged-small: tiny cases)
+                                         # (task5/paged_checks.py; --paged-small: tiny cases;
+                                         # --paged-bench: paged vs contiguous decode time)
 
 Course protocol: hidden 4096, 32 heads, max_seq_len 2048, B 16, nn.MultiheadAttention weights
 seeded with 42, causal; prefill 1024 tokens (task 4's kernel; TTFT), then 100 decode steps,

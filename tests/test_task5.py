@@ -22,7 +22,7 @@ def test_module_imports_without_building_the_extension():
         assert callable(getattr(attention, name))
     assert set(task5_test.GROUPS) == {"kernels", "inputs", "small", "course", "decode",
                                       "gqa-small", "gqa", "gqa-mma", "gqa-bench", "paged-small",
-                                      "paged", "fused-small", "fused"}
+                                      "paged", "paged-bench", "fused-small", "fused"}
 
 
 def test_split_heuristic_fills_the_gpu_without_tiny_splits():
