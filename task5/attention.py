@@ -305,8 +305,13 @@ def gqa_num_splits(q, k, causal: bool = False, window: int | None = None) -> int
     """The split count decode_gqa.cu runs q [B, H_q, S_q, D] against k [B, H_kv, S_k, D] with
     (choose_gqa_splits on this GPU): from S_k, or the window, never from lengths on the device,
     so that a captured CUDA graph does not depend on them."""
+    return _gqa_splits_for(q, k.shape[1], k.shape[2], causal, window)
+
+
+def _gqa_splits_for(q, heads_kv: int, seq_k: int, causal: bool, window: int | None) -> int:
+    """gqa_num_splits for a cache of heads_kv KV heads and seq_k keys per sequence at most (a
+    paged cache: max_pages * page_size)."""
     batch, heads_q, seq_q, head_dim = q.shape
-    heads_kv, seq_k = k.shape[1], k.shape[2]
     tile_keys, warps, per_sm = _gqa_geometry(q.device.index, head_dim, q.dtype == torch.bfloat16)
     keys = seq_k
     if window is not None:   # the keys one tile of rows may see
@@ -384,6 +389,127 @@ def _decode_on_tensor_cores(q, k, v, splits: int, out):
     _ext().merge_attention_splits(partial.view(batch, heads_kv, splits, group, head_dim),
                                   lse.view(batch, heads_kv, splits, group), out)
     return out
+
+
+# ---- the paged KV cache (task5/decode_paged.cu; the allocator is task5/ops.py's PageAllocator) --
+
+PAGE_SIZES = (16, 32, 64, 128, 256)
+
+
+def check_paged_arguments(q, k_pages, v_pages, block_table, seq_lens, *, validate: bool = True,
+                          max_query_rows: int | None = GQA_MAX_QUERY_ROWS) -> None:
+    """The paged cache's arguments, checked with sentences a student can act on.
+
+    q [B, H_q, S_q, D]; k_pages, v_pages [num_pages, page_size, H_kv, D] of q's dtype, on q's
+    device, contiguous, page_size one of PAGE_SIZES; block_table [B, max_pages] int32 and
+    seq_lens [B] int32 on q's device. validate: also read seq_lens and block_table (a
+    synchronisation, skipped while a CUDA graph is being captured) and raise if a length needs
+    more pages than the table has or a used entry is not a page; the kernels clamp such values
+    instead (they never read outside the pages or the table)."""
+    tensors = (("q", q), ("k_pages", k_pages), ("v_pages", v_pages), ("block_table", block_table),
+               ("seq_lens", seq_lens))
+    for name, t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}.")
+    if q.dim() != 4:
+        raise ValueError(f"q must be [batch, heads, seq_q, head_dim] but has shape {tuple(q.shape)}.")
+    batch, heads_q, seq_q, head_dim = q.shape
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q has dtype {q.dtype}, but the paged decode runs on tensor cores in "
+                        "float16 or bfloat16; convert q and the pages with .half() or .bfloat16().")
+    if max_query_rows is not None and not 1 <= seq_q <= max_query_rows:
+        raise ValueError(f"the paged decode takes 1 to {max_query_rows} query rows per sequence "
+                         f"but q has {seq_q} (q [batch, heads, seq_q, head_dim] = {tuple(q.shape)}); "
+                         "run a longer prompt in chunks of at most that many rows.")
+    for name, t in tensors[1:]:
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}; put them on the same "
+                             "device.")
+    for name, t in (("k_pages", k_pages), ("v_pages", v_pages)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [num_pages, page_size, kv_heads, head_dim] but has "
+                             f"shape {tuple(t.shape)}.")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match.")
+    if k_pages.shape != v_pages.shape:
+        raise ValueError(f"k_pages and v_pages must have one shape but are {tuple(k_pages.shape)} "
+                         f"and {tuple(v_pages.shape)}.")
+    num_pages, page_size, heads_kv, pages_head_dim = k_pages.shape
+    if page_size not in PAGE_SIZES:
+        raise ValueError(f"page_size (k_pages.shape[1]) must be one of {PAGE_SIZES} but is "
+                         f"{page_size}.")
+    if pages_head_dim != head_dim:
+        raise ValueError(f"the pages hold head_dim {pages_head_dim} but q has {head_dim}; they "
+                         "must match.")
+    if num_pages < 1 or heads_kv < 1 or heads_q % heads_kv:
+        raise ValueError(f"q has {heads_q} heads and the pages {heads_kv} KV heads ({num_pages} "
+                         "pages): the query heads must be a multiple of the KV heads, and there "
+                         "must be a page.")
+    for name, t in (("k_pages", k_pages), ("v_pages", v_pages)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous; pass {name}.contiguous().")
+    if block_table.dtype != torch.int32 or seq_lens.dtype != torch.int32:
+        raise TypeError(f"block_table and seq_lens must be int32 tensors but have dtypes "
+                        f"{block_table.dtype} and {seq_lens.dtype}; create them with "
+                        "dtype=torch.int32.")
+    if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] < 1:
+        raise ValueError(f"block_table must be [batch, max_pages] = [{batch}, >= 1] but has shape "
+                         f"{tuple(block_table.shape)}.")
+    if tuple(seq_lens.shape) != (batch,):
+        raise ValueError(f"seq_lens must be [{batch}] (one length per sequence) but has shape "
+                         f"{tuple(seq_lens.shape)}.")
+    if not validate or (q.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return
+    capacity = block_table.shape[1] * page_size
+    lengths = seq_lens.cpu()
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > capacity):
+        worst = int(lengths.max()) if int(lengths.max()) > capacity else int(lengths.min())
+        raise ValueError(f"seq_lens holds {worst}, but block_table has {block_table.shape[1]} "
+                         f"pages of {page_size} tokens per sequence ({capacity} keys): the table "
+                         "is too short for that length (or the length is negative); give the "
+                         "sequence more pages or a longer table.")
+    used = torch.arange(block_table.shape[1]).view(1, -1) * page_size < lengths.view(-1, 1)
+    table = block_table.cpu()
+    bad = used & ((table < 0) | (table >= num_pages))
+    if bool(bad.any()):
+        b, slot = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"block_table[{b}, {slot}] = {int(table[b, slot])} is not a page (0 .. "
+                         f"{num_pages - 1}), but sequence {b} has {int(lengths[b])} keys and needs "
+                         "it; allocate its pages with task5.ops.PageAllocator.")
+
+
+def paged_decode_attention(q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
+                           block_table: torch.Tensor, seq_lens: torch.Tensor, *,
+                           causal: bool = True, window: int | None = None, stride: int = 1,
+                           mask: torch.Tensor | None = None, softcap: float | None = None,
+                           sinks: torch.Tensor | None = None, scale: float | None = None,
+                           out: torch.Tensor | None = None, num_splits: int | None = None,
+                           validate: bool = True) -> torch.Tensor:
+    """Decode (or a prefill chunk of S_q <= 16 rows) through a paged KV cache.
+
+    q [B, H_q, S_q, D] (fp16/bf16, D a multiple of 8 up to 256) attends to the keys of the
+    pages k_pages, v_pages [num_pages, page_size, H_kv, D]: sequence b's key t is row
+    t % page_size of page block_table[b, t // page_size], and it has seq_lens[b] keys
+    (int32 on the GPU, read there: a captured CUDA graph stays valid as the lengths grow and
+    pages are added to the table). Its queries are its last S_q positions (causal is
+    bottom-right aligned). window, stride, mask (broadcastable to [B, H_q, S_q, max_pages *
+    page_size]), softcap, sinks and scale as in common/variants.py. The kernel is
+    decode_gqa.cu's, through the block table (task5/decode_paged.cu). num_splits: None picks
+    it from the table's capacity (or the window), never from the lengths. validate: see
+    check_paged_arguments (pass False in a timed loop). Returns [B, H_q, S_q, D] (or `out`).
+    """
+    check_flag(causal, "causal")
+    _check_num_splits(num_splits)
+    check_paged_arguments(q, k_pages, v_pages, block_table, seq_lens, validate=validate)
+    if not q.is_cuda:
+        raise ValueError("the paged decode runs on a CUDA GPU; q is on the CPU (the float64 "
+                         "reference is task5.ops.reference_paged_attention).")
+    if num_splits is None:
+        capacity = block_table.shape[1] * k_pages.shape[1]
+        num_splits = _gqa_splits_for(q, k_pages.shape[2], capacity, causal, window)
+    return call_extension(_ext().decode_attention_paged, q, k_pages, v_pages, block_table,
+                          seq_lens, causal, window, stride, mask, softcap, sinks, scale,
+                          num_splits, out)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

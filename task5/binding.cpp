@@ -66,6 +66,20 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
                                    std::optional<double> softcap, std::optional<torch::Tensor> sinks,
                                    std::optional<double> scale, int64_t num_splits,
                                    std::optional<torch::Tensor> out);
+// Beyond the course: the same kernel through a paged KV cache, k_pages/v_pages [num_pages,
+// page_size, H_kv, D] and block_table [B, max_pages] int32, seq_lens [B] int32 keys per
+// sequence, read on the device (decode_paged.cu).
+torch::Tensor decode_attention_paged(torch::Tensor q, torch::Tensor k_pages, torch::Tensor v_pages,
+                                     torch::Tensor block_table, torch::Tensor seq_lens, bool causal,
+                                     std::optional<int64_t> window, int64_t stride,
+                                     std::optional<torch::Tensor> mask, std::optional<double> softcap,
+                                     std::optional<torch::Tensor> sinks, std::optional<double> scale,
+                                     int64_t num_splits, std::optional<torch::Tensor> out);
+// RoPE and the append of new tokens' K/V into their pages (rope_append.cu, the paged policy).
+torch::Tensor rope_append_paged(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                torch::Tensor k_pages, torch::Tensor v_pages,
+                                torch::Tensor block_table, torch::Tensor cos, torch::Tensor sin,
+                                int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor);
 // {keys per warp tile, warps per block, resident blocks per SM (0: not on this GPU)} of that
 // kernel for head_dim (decode_gqa.cu): what task5/attention.py's split heuristic needs.
 std::vector<int64_t> decode_gqa_geometry(int64_t head_dim, bool bf16, int64_t device);
@@ -103,6 +117,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
         py::arg("softcap") = py::none(), py::arg("sinks") = py::none(), py::arg("scale") = py::none(),
         py::arg("num_splits") = 1, py::arg("out") = py::none());
+  m.def("decode_attention_paged", &decode_attention_paged,
+        "S_q <= 16 query rows per (batch, query head) against a paged cache k/v_pages [num_pages, "
+        "page_size, H_kv, D] through block_table [B, max_pages], seq_lens [B] keys, every variant",
+        py::arg("q"), py::arg("k_pages"), py::arg("v_pages"), py::arg("block_table"),
+        py::arg("seq_lens"), py::arg("causal") = false, py::arg("window") = py::none(),
+        py::arg("stride") = 1, py::arg("mask") = py::none(), py::arg("softcap") = py::none(),
+        py::arg("sinks") = py::none(), py::arg("scale") = py::none(), py::arg("num_splits") = 1,
+        py::arg("out") = py::none());
+  m.def("rope_append_paged", &rope_append_paged,
+        "RoPE on q [B, S, Hq, D] and k, k and v appended to their pages at current_pos; returns q "
+        "rotated",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("k_pages"), py::arg("v_pages"),
+        py::arg("block_table"), py::arg("cos"), py::arg("sin"), py::arg("current_pos") = 0,
+        py::arg("current_pos_tensor") = py::none());
   m.def("decode_gqa_geometry", &decode_gqa_geometry,
         "[keys per warp tile, warps per block, blocks per SM] of decode_attention_gqa's kernel",
         py::arg("head_dim"), py::arg("bf16"), py::arg("device"));

@@ -12,7 +12,7 @@ from common.build import compile_main, load_extension
 
 NAME = "custom_flash_attention_decode"
 SOURCES = ["task5/binding.cpp", "task5/decode.cu", "task5/decode_grouped.cu",
-           "task5/decode_gqa.cu", "task5/decode_linear.cu", "task5/norm.cu",
+           "task5/decode_gqa.cu", "task5/decode_paged.cu", "task5/decode_linear.cu", "task5/norm.cu",
            "task5/rope_append.cu"]
 
 

@@ -18,10 +18,11 @@
 //                      memory system (the query heads of a KV head as the rows of one mma
 //                      tile, split-KV, a multi-stage cp.async pipeline per warp), fp16/bf16,
 //                      every variant, up to 16 query rows per sequence;
-//   decode_paged.cu    not written yet (issue 32, part 3): the paged KV cache, pages
-//                      [num_pages, page_size, H_kv, D] read through a block table, and its
-//                      append kernel will go there; it will merge its splits with one of the
-//                      two merges above, not with one of its own.
+//   decode_paged.cu    beyond the course: the paged KV cache, pages [num_pages, page_size,
+//                      H_kv, D] read through a block table (its address policy in
+//                      decode_paged.cuh): decode_gqa.cu's kernel and launch with that policy,
+//                      so its splits are merged as decode_gqa.cu's are; the append of new
+//                      tokens is rope_append.cu's kernel with the same policy.
 // Each file opens with its idea and tile shape; their speed is measured by task5/test.py
 // (--decode, --gqa-bench) and shown in Results.md, rendered from results/<gpu>.json.
 //

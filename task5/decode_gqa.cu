@@ -60,7 +60,10 @@
 // with G >= 2 and S_q <= 16, every variant. MHA (G = 1; the kernel takes it, and the tests
 // run it) stays where it was, on the course kernel or the CUDA-core grouped kernel, until a
 // measurement shows this one is not slower there (GQA_MIN_GROUP = 1 routes it here); fp32
-// stays on the CUDA-core grouped kernel (decode_grouped.cu).
+// stays on the CUDA-core grouped kernel (decode_grouped.cu). The paged KV cache
+// (decode_paged.cu) runs this kernel for every group, G = 1 included: where a K/V row lives is
+// the kernel's KvLayout template parameter, a small address policy (ContiguousKv here,
+// PagedKv in decode_paged.cuh) that load_kv_stage asks for each row it copies.
 //
 // Measured speed (us, the fraction of copy bandwidth, against SDPA with enable_gqa, as
 // CUDA-graph replays with the caches rotated beyond L2, and each variant's bandwidth against
@@ -79,6 +82,7 @@
 #include <limits>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 // mma.sync and its element types (ElementOps), ldmatrix, cp.async, exp2_approx and the swizzled
@@ -87,6 +91,7 @@
 #include "attention_checks.cuh"
 #include "attention_mask.cuh"
 #include "decode_common.cuh"
+#include "decode_paged.cuh"
 
 // MAX_SPLITS, the merge of split results (merge_lse_splits), the layout checks.
 using namespace attn_decode;
@@ -135,16 +140,13 @@ using GqaD96 = GqaConfig<96, 16, 4>;
 using GqaD128 = GqaConfig<128, 16, 4>;
 using GqaD256 = GqaConfig<256, 16, 3>;
 
-// Strides in elements (last dimension contiguous): q and out [B, H_q, S_q, D], k and v
-// [B, H_kv, S_k, D].
+// Strides in elements (last dimension contiguous): q and out [B, H_q, S_q, D]. Where the keys
+// are is the kernel's second parameter, its K/V address policy (ContiguousKv below, or the
+// paged cache's PagedKv, decode_paged.cuh).
 struct GqaParams {
   const void* q;
-  const void* k;
-  const void* v;
   void* out;
   int64_t q_stride_b, q_stride_h, q_stride_s;
-  int64_t k_stride_b, k_stride_h, k_stride_s;
-  int64_t v_stride_b, v_stride_h, v_stride_s;
   int64_t o_stride_b, o_stride_h, o_stride_s;
   int heads_kv, group, seq_q, head_dim;
   int rows;        // group * seq_q: the query rows of one KV head
@@ -158,6 +160,33 @@ struct GqaParams {
   // a row tile to finish merges them all (merge_in_last_block), so no merge kernel runs.
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
+};
+
+// The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
+// elements, last dimension contiguous): key `key` of (b, kv) is base + key * stride. The
+// kernel asks a policy's Rows for the K and V rows of each key it copies (load_kv_stage), and
+// nothing else about the layout; the paged cache's policy (decode_paged.cuh) looks the row up
+// in a block table instead.
+struct ContiguousKv {
+  const void* k;
+  const void* v;
+  int64_t k_stride_b, k_stride_h, k_stride_s;
+  int64_t v_stride_b, v_stride_h, v_stride_s;
+
+  template <typename Element>
+  struct Rows {
+    const Element* k;  // key 0 of (b, kv)
+    const Element* v;
+    int64_t k_stride, v_stride;
+    __device__ __forceinline__ Rows(const ContiguousKv& c, int64_t b, int kv)
+        : k(static_cast<const Element*>(c.k) + b * c.k_stride_b + kv * c.k_stride_h),
+          v(static_cast<const Element*>(c.v) + b * c.v_stride_b + kv * c.v_stride_h),
+          k_stride(c.k_stride_s), v_stride(c.v_stride_s) {}
+    __device__ __forceinline__ KvRow<Element> at(int key) const {
+      return {k + static_cast<int64_t>(key) * k_stride, v + static_cast<int64_t>(key) * v_stride,
+              true};
+    }
+  };
 };
 
 // (x, y) minus their 16-bit rounding `packed` (Ops::pack), rounded to 16 bits: P = the two
@@ -282,38 +311,45 @@ __device__ __forceinline__ void load_q_tile(uint32_t smem_q, const GqaParams& p,
   }
 }
 
-// One warp copies keys [key0, key0 + kTileKeys) of one head (K or V) into a shared tile;
-// keys >= key_end and columns >= head_dim are zero-filled and read nothing (a zero key gives
-// a finite score, masked afterwards; stale shared memory could hold NaN, and 0 * NaN = NaN).
-template <typename Cfg, typename Element>
-__device__ __forceinline__ void load_kv_tile(uint32_t smem_tile, const Element* head,
-                                             const void* any_valid, int64_t row_stride,
-                                             int key0, int key_end, int head_dim, int lane) {
+// One warp copies keys [key0, key0 + kTileKeys) of one (sequence, KV head) into a stage: K
+// into k_tile, V into v_tile, each row's address from the layout's Rows (contiguous or
+// paged, looked up once for K and V). Keys >= key_end, keys whose page does not exist and
+// columns >= head_dim are zero-filled and read nothing (a zero key gives a finite score,
+// masked afterwards; stale shared memory could hold NaN, and 0 * NaN = NaN).
+template <typename Cfg, typename Element, typename Rows>
+__device__ __forceinline__ void load_kv_stage(uint32_t k_tile, uint32_t v_tile, const Rows& rows,
+                                              const void* any_valid, int key0, int key_end,
+                                              int head_dim, int lane) {
   using Smem = typename Cfg::Smem;
   constexpr int kIters = Cfg::kTileKeys * Smem::kChunks / 32;
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
     const int idx = lane + 32 * i;
     const int row = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
-    const bool pred = key0 + row < key_end && chunk * 8 < head_dim;
-    const void* src = pred ? static_cast<const void*>(head + static_cast<int64_t>(key0 + row) *
-                                                                 row_stride + chunk * 8)
-                           : any_valid;
-    cp_async_16(smem_tile + Smem::offset(row, chunk), src, pred);
+    const bool in_range = key0 + row < key_end && chunk * 8 < head_dim;
+    KvRow<Element> kv_row{nullptr, nullptr, false};
+    if (in_range) kv_row = rows.at(key0 + row);
+    const bool pred = in_range && kv_row.valid;
+    const uint32_t offset = Smem::offset(row, chunk);
+    cp_async_16(k_tile + offset, pred ? static_cast<const void*>(kv_row.k + chunk * 8) : any_valid, pred);
+    cp_async_16(v_tile + offset, pred ? static_cast<const void*>(kv_row.v + chunk * 8) : any_valid, pred);
   }
 }
 
 // grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
 // row tile), the row tile fastest. See the top of the file.
-template <typename Element, typename Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaParams p) {
+// KvLayout: where the keys are (ContiguousKv, or PagedKv of decode_paged.cuh).
+template <typename Element, typename Cfg, typename KvLayout>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaParams p,
+                                                                     const KvLayout kv_layout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   // BEGIN SOLUTION kernel
   // HINT: Optional extension (beyond the graded course): task 4's tensor-core tile with the
   // HINT: query heads of a KV head as its 16 rows; the block's key range (KeyMask, the window
   // HINT: clipped before splitting) cut into splits, each warp streaming every 4th key tile
-  // HINT: through its own cp.async ring of kStages stages, then the warps merged in shared
-  // HINT: memory and the normalised output (one split) or float32 partial and lse written.
+  // HINT: (rows addressed by KvLayout's Rows: load_kv_stage) through its own cp.async ring of
+  // HINT: kStages stages, then the warps merged in shared memory and the normalised output
+  // HINT: (one split) or float32 partial and lse written.
   using Smem = typename Cfg::Smem;
   using Ops = mma_attn::ElementOps<Element>;
   constexpr int kT = Cfg::kTileKeys;
@@ -362,16 +398,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   unsigned char* const smem_q_ptr = smem_raw + (smem_q - raw);
   const uint32_t ring = smem_q + Cfg::kQBytes + warp * Cfg::kWarpRingBytes;
 
-  const Element* const k_head =
-      static_cast<const Element*>(p.k) + b * p.k_stride_b + static_cast<int64_t>(kv) * p.k_stride_h;
-  const Element* const v_head =
-      static_cast<const Element*>(p.v) + b * p.v_stride_b + static_cast<int64_t>(kv) * p.v_stride_h;
+  const typename KvLayout::template Rows<Element> kv_rows(kv_layout, b, kv);
   auto load_stage = [&](int stage, int tile) {
-    const int key0 = key_lo + tile * kT;
     const uint32_t k_tile = ring + stage * Cfg::kStageBytes;
-    load_kv_tile<Cfg, Element>(k_tile, k_head, p.k, p.k_stride_s, key0, key_hi, p.head_dim, lane);
-    load_kv_tile<Cfg, Element>(k_tile + Cfg::kTileBytes, v_head, p.v, p.v_stride_s, key0, key_hi,
-                               p.head_dim, lane);
+    load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, kv_rows, p.q, key_lo + tile * kT,
+                                key_hi, p.head_dim, lane);
   };
 
   // Prologue: Q (one commit group), then the first kStages - 1 tiles of this warp (one group
@@ -606,13 +637,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 // Above 48 KB a kernel must opt in to more dynamic shared memory; false if the GPU has less
 // shared memory per block than the configuration needs (sm_86/89: 99 KB), or is older than
 // sm_80 (no cp.async, no bf16 mma.sync).
-template <typename Element, typename Cfg>
+template <typename Element, typename Cfg, typename KvLayout = ContiguousKv>
 bool prepare_kernel(int device) {
   int major = 0, optin = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (major < 8 || optin < Cfg::kSmemBytes) return false;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(decode_gqa_kernel<Element, Cfg>,
+  C10_CUDA_CHECK(cudaFuncSetAttribute(decode_gqa_kernel<Element, Cfg, KvLayout>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   return true;
 }
@@ -660,69 +691,49 @@ std::vector<int64_t> decode_gqa_geometry(int64_t head_dim, bool bf16, int64_t de
       int blocks = 0;
       if (prepare_kernel<Element, Cfg>(static_cast<int>(device))) {
         C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &blocks, decode_gqa_kernel<Element, Cfg>, Cfg::kThreads, Cfg::kSmemBytes));
+            &blocks, decode_gqa_kernel<Element, Cfg, ContiguousKv>, Cfg::kThreads, Cfg::kSmemBytes));
       }
       return std::vector<int64_t>{Cfg::kTileKeys, Cfg::kWarps, blocks};
     });
   });
 }
 
-// Beyond the course: softmax(q k^T * scale) v for S_q <= 16 query rows per (batch, query
-// head), q [B, H_q, S_q, D] against k/v [B, H_kv, S_k, D] (H_q a multiple of H_kv; fp16 or
-// bf16; D a multiple of 8 up to 256), the queries being the last S_q positions of their
-// sequence, with every attention variant of common/variants.py. num_splits key ranges per
-// (sequence, KV head), merged by their log-sum-exp. Returns [B, H_q, S_q, D] (or `out`).
-torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
-                                   std::optional<int64_t> window, int64_t stride,
-                                   std::optional<torch::Tensor> mask,
-                                   std::optional<torch::Tensor> key_lengths, bool left_padding,
-                                   std::optional<double> softcap, std::optional<torch::Tensor> sinks,
-                                   std::optional<double> scale, int64_t num_splits,
-                                   std::optional<torch::Tensor> out) {
-  const int group = attn::check_half_qkv(q, k, v);
+namespace {
+
+// The launch both caches share (the contiguous entry below, the paged one in decode_paged.cu),
+// after their own checks: q [B, H_q, S_q, D] (checked 4-d, fp16/bf16, CUDA) against the keys
+// of kv_layout, heads_kv KV heads, the mask and score transforms in `mask`. Checks what is
+// common (S_q, head_dim, num_splits, out), allocates the split partials, launches the kernel
+// and, when no counters could be had, the merge. Returns [B, H_q, S_q, D] (or `out`).
+template <typename KvLayout>
+torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layout, int64_t heads_kv,
+                                const attn::MaskParams& mask, double scale_value, int64_t num_splits,
+                                std::optional<torch::Tensor> out) {
   const int64_t batch = q.size(0), heads_q = q.size(1), seq_q = q.size(2), head_dim = q.size(3);
-  const int64_t heads_kv = k.size(1), seq_k = k.size(2);
+  const int64_t group = heads_q / heads_kv;
   TORCH_CHECK_VALUE(seq_q >= 1 && seq_q <= kMaxQueryRows, attn::str("the grouped-query decode takes 1 to ",
                     kMaxQueryRows, " query rows per sequence (q [batch, heads, seq_q, head_dim]) but q "
                     "has shape ", q.sizes(), "; run longer chunks through task 4's flash_attention."));
   TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim <= kGqaMaxHeadDim, attn::str("head_dim must be a "
                     "multiple of 8 up to ", kGqaMaxHeadDim, " (rows move in 16-byte pieces) but is ",
                     head_dim, "."));
-  TORCH_CHECK_VALUE(seq_k <= std::numeric_limits<int32_t>::max() / 2, attn::str("seq_k ", seq_k,
-                    " is too long for 32-bit key indices."));
   TORCH_CHECK_VALUE(num_splits >= 1 && num_splits <= MAX_SPLITS, attn::str("num_splits must be in [1, ",
                     MAX_SPLITS, "] but is ", num_splits, "."));
   check_last_dim_contiguous(q, "q");
-  check_last_dim_contiguous(k, "k");
-  check_last_dim_contiguous(v, "v");
   check_out_like_q(out, q);
-  if (out.has_value()) {
-    // Other blocks still read q, k and v while a block writes its rows.
-    TORCH_CHECK_VALUE(!out->is_alias_of(q) && !out->is_alias_of(k) && !out->is_alias_of(v),
-                      attn::str("out shares memory with q, k or v; pass a separate tensor."));
-  }
-  const int64_t rows = static_cast<int64_t>(group) * seq_q;
+  const int64_t rows = group * seq_q;
   const int64_t row_tiles = (rows + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t blocks = batch * heads_kv * num_splits * row_tiles;
   TORCH_CHECK_VALUE(blocks <= std::numeric_limits<int32_t>::max() && rows <= std::numeric_limits<int32_t>::max(),
                     attn::str("batch * kv_heads * num_splits * row tiles = ", blocks, " blocks is more "
                     "than one launch takes; use fewer splits."));
 
-  const double scale_value = attn::softmax_scale(scale, head_dim);
-  GqaParams p{};
-  // An additive mask value a (logit units) is a / scale in the kernel's raw score units.
-  p.mask = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths, left_padding,
-                                  static_cast<float>(1.0 / scale_value));
-  // The float32 copy of the sinks p.mask points to lives until the launch below.
-  const std::optional<torch::Tensor> sink_values =
-      attn::set_score_transforms(p.mask, q, softcap, sinks, scale_value);
-
   c10::cuda::CUDAGuard guard(q.device());
   const int device = q.device().index();
   const bool ready = with_config(head_dim, [&](auto* cfg_tag) {
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     return with_element(q.scalar_type(), [&](auto* element_tag) {
-      return prepare_kernel<std::remove_pointer_t<decltype(element_tag)>, Cfg>(device);
+      return prepare_kernel<std::remove_pointer_t<decltype(element_tag)>, Cfg, KvLayout>(device);
     });
   });
   TORCH_CHECK_VALUE(ready, attn::str("the grouped-query decode kernel needs a GPU of compute capability "
@@ -731,27 +742,19 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
 
   // 16-byte copies only: a view whose rows do not allow them is copied once (rare).
   const torch::Tensor qa = rows_aligned_16(q) ? q : q.contiguous();
-  const torch::Tensor ka = rows_aligned_16(k) ? k : k.contiguous();
-  const torch::Tensor va = rows_aligned_16(v) ? v : v.contiguous();
   torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
+  GqaParams p{};
+  p.mask = mask;
   p.q = qa.data_ptr();
-  p.k = ka.data_ptr();
-  p.v = va.data_ptr();
   p.out = result.data_ptr();
   p.q_stride_b = qa.stride(0);
   p.q_stride_h = qa.stride(1);
   p.q_stride_s = qa.stride(2);
-  p.k_stride_b = ka.stride(0);
-  p.k_stride_h = ka.stride(1);
-  p.k_stride_s = ka.stride(2);
-  p.v_stride_b = va.stride(0);
-  p.v_stride_h = va.stride(1);
-  p.v_stride_s = va.stride(2);
   p.o_stride_b = result.stride(0);
   p.o_stride_h = result.stride(1);
   p.o_stride_s = result.stride(2);
   p.heads_kv = static_cast<int>(heads_kv);
-  p.group = group;
+  p.group = static_cast<int>(group);
   p.seq_q = static_cast<int>(seq_q);
   p.head_dim = static_cast<int>(head_dim);
   p.rows = static_cast<int>(rows);
@@ -776,16 +779,67 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
-      decode_gqa_kernel<Element, Cfg>
-          <<<static_cast<unsigned>(blocks), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+      decode_gqa_kernel<Element, Cfg, KvLayout>
+          <<<static_cast<unsigned>(blocks), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, kv_layout);
       attn::check_launch("decode_gqa_kernel");
       if (num_splits > 1 && p.counters == nullptr) {
         MergeParams<Element, float> merge{p.partial, p.lse, static_cast<Element*>(p.out),
                                           p.o_stride_b, p.o_stride_h, static_cast<int>(heads_q),
-                                          group, p.num_splits, p.head_dim, p.seq_q, p.o_stride_s};
+                                          p.group, p.num_splits, p.head_dim, p.seq_q, p.o_stride_s};
         merge_lse_splits<Element>(merge, batch * heads_kv * rows, stream);
       }
     });
   });
   return result;
+}
+
+}  // namespace
+
+// The paged cache's launch (declared in decode_paged.cuh, called by decode_paged.cu): the same
+// kernel body with the PagedKv address policy.
+torch::Tensor attn_decode::launch_decode_gqa_paged(const torch::Tensor& q, const PagedKv& pages,
+                                                   int64_t heads_kv, const attn::MaskParams& mask,
+                                                   double scale, int64_t num_splits,
+                                                   std::optional<torch::Tensor> out) {
+  return launch_decode_gqa(q, pages, heads_kv, mask, scale, num_splits, std::move(out));
+}
+
+// Beyond the course: softmax(q k^T * scale) v for S_q <= 16 query rows per (batch, query
+// head), q [B, H_q, S_q, D] against k/v [B, H_kv, S_k, D] (H_q a multiple of H_kv; fp16 or
+// bf16; D a multiple of 8 up to 256), the queries being the last S_q positions of their
+// sequence, with every attention variant of common/variants.py. num_splits key ranges per
+// (sequence, KV head), merged by their log-sum-exp. Returns [B, H_q, S_q, D] (or `out`).
+torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
+                                   std::optional<int64_t> window, int64_t stride,
+                                   std::optional<torch::Tensor> mask,
+                                   std::optional<torch::Tensor> key_lengths, bool left_padding,
+                                   std::optional<double> softcap, std::optional<torch::Tensor> sinks,
+                                   std::optional<double> scale, int64_t num_splits,
+                                   std::optional<torch::Tensor> out) {
+  attn::check_half_qkv(q, k, v);
+  const int64_t head_dim = q.size(3), seq_k = k.size(2);
+  TORCH_CHECK_VALUE(seq_k <= std::numeric_limits<int32_t>::max() / 2, attn::str("seq_k ", seq_k,
+                    " is too long for 32-bit key indices."));
+  check_last_dim_contiguous(k, "k");
+  check_last_dim_contiguous(v, "v");
+  if (out.has_value()) {
+    // Other blocks still read q, k and v while a block writes its rows.
+    TORCH_CHECK_VALUE(!out->is_alias_of(q) && !out->is_alias_of(k) && !out->is_alias_of(v),
+                      attn::str("out shares memory with q, k or v; pass a separate tensor."));
+  }
+  const double scale_value = attn::softmax_scale(scale, head_dim);
+  // An additive mask value a (logit units) is a / scale in the kernel's raw score units.
+  attn::MaskParams mask_params = attn::make_mask_params(q, k, causal, window, stride, mask, key_lengths,
+                                                        left_padding, static_cast<float>(1.0 / scale_value));
+  // The float32 copy of the sinks mask_params points to lives until the launch below.
+  const std::optional<torch::Tensor> sink_values =
+      attn::set_score_transforms(mask_params, q, softcap, sinks, scale_value);
+
+  // 16-byte copies only: a view whose rows do not allow them is copied once (rare).
+  const torch::Tensor ka = rows_aligned_16(k) ? k : k.contiguous();
+  const torch::Tensor va = rows_aligned_16(v) ? v : v.contiguous();
+  const ContiguousKv kv_layout{ka.data_ptr(), va.data_ptr(), ka.stride(0), ka.stride(1), ka.stride(2),
+                               va.stride(0), va.stride(1), va.stride(2)};
+  return launch_decode_gqa(q, kv_layout, k.size(1), mask_params, scale_value, num_splits,
+                           std::move(out));
 }

@@ -72,6 +72,19 @@ def rope_append(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torc
     return _ext().rope_append(q, k, v, k_cache, v_cache, cos, sin, value, tensor)
 
 
+def rope_append_paged(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_pages: torch.Tensor,
+                      v_pages: torch.Tensor, block_table: torch.Tensor, cos: torch.Tensor,
+                      sin: torch.Tensor, current_pos) -> torch.Tensor:
+    """rope_append into a paged cache: k_pages, v_pages [num_pages, page_size, Hkv, D],
+    block_table [B, max_pages] int32. Token s of sequence b goes to position current_pos + s
+    (current_pos: the sequence's length before the append, an int or a CUDA int32 tensor, 0-d
+    or [B]), whose page the table must already list (task5.ops.PageAllocator.reserve); a
+    position without a page writes nothing. Returns q rotated, [B, S, Hq, D]."""
+    value, tensor = _int_or_tensor(current_pos, "current_pos")
+    return _ext().rope_append_paged(q, k, v, k_pages, v_pages, block_table, cos, sin, value,
+                                    tensor)
+
+
 def decode_swiglu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                   residual: torch.Tensor | None = None) -> torch.Tensor:
     """silu(gate) * up with [gate, up] = x @ weight.T (+ bias), weight [2 * width, K] (+ residual)."""

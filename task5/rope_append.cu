@@ -24,6 +24,11 @@
 // and fetches the cos/sin rows of its position meanwhile (prefetch_table_rows).
 //
 // Measured: task 6's decode step (TBT and its per-kernel profile) in Results.md.
+//
+// Two caches, one kernel body: where a token's K/V row goes is a policy chosen by a template
+// parameter, ContiguousCache ([B, max_len, kv_heads * D], rope_append) or the paged cache's
+// PagedKv (decode_paged.cuh: pages [num_pages, page_size, kv_heads, D] through a block
+// table, rope_append_paged). A position whose page the table does not have writes nothing.
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -37,6 +42,7 @@
 #include <utility>
 
 #include "attention_checks.cuh"
+#include "decode_paged.cuh"
 #include "device_values.cuh"
 
 namespace {
@@ -48,23 +54,34 @@ using attn::from_float;
 using attn::RuntimeInt;
 using attn::to_float;
 
-// Element strides of the inputs ([B, S, heads, D], last dim contiguous) and of the caches
-// ([B, max_len, kv_heads * D], last dim contiguous).
+// Element strides of the inputs ([B, S, heads, D], last dim contiguous). Where the caches are
+// is the kernel's second parameter (ContiguousCache, or PagedKv).
 struct RopeAppendParams {
   const void* q;
   const void* k;
   const void* v;
   void* q_out;    // [B, S, q_heads, D] contiguous
-  void* k_cache;
-  void* v_cache;
   const float* cos;  // [table_len, D] contiguous
   const float* sin;
   int64_t q_strides[3], k_strides[3], v_strides[3];  // batch, token, head
-  int64_t cache_strides[2];                          // batch, position (k and v caches alike)
   int seq, q_heads, kv_heads, head_dim;
   int64_t max_position;  // min(cache length, table length): positions must be below it
   RuntimeInt current_pos;
   bool prefetch_tables;  // prefetch_table_rows before the wait (ATTN_ROPE_PREFETCH=0: off)
+};
+
+// The contiguous caches [B, max_len, kv_heads * D] (last dim contiguous; k and v caches alike
+// strided): head `head` of the row at `position` of sequence b.
+struct ContiguousCache {
+  void* k_cache;
+  void* v_cache;
+  int64_t stride_b, stride_position;
+  int head_dim;
+  template <typename T>
+  __device__ __forceinline__ T* cache_row(bool is_key, int64_t b, int64_t position, int head) const {
+    return static_cast<T*>(is_key ? k_cache : v_cache) + b * stride_b + position * stride_position +
+           static_cast<int64_t>(head) * head_dim;
+  }
 };
 
 // (x1, x2) rotated by the angle whose cosine and sine are (c, s), rounded as task 6's
@@ -95,8 +112,9 @@ __device__ __forceinline__ void prefetch_table_rows(const RopeAppendParams& p) {
 #endif
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendParams p) {
+template <typename T, typename Cache>
+__global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendParams p,
+                                                              const Cache cache) {
   prefetch_table_rows(p);
   attn::wait_for_previous_kernel();  // q, k, v and the position come from the kernels before
   attn::let_next_kernel_start();
@@ -129,8 +147,8 @@ __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendP
   const int64_t* strides = is_key ? p.k_strides : p.v_strides;
   const T* src = static_cast<const T*>(is_key ? p.k : p.v) + b * strides[0] + s * strides[1] +
                  kv_head * strides[2];
-  T* dst = static_cast<T*>(is_key ? p.k_cache : p.v_cache) + b * p.cache_strides[0] +
-           position * p.cache_strides[1] + static_cast<int64_t>(kv_head) * p.head_dim;
+  T* dst = cache.template cache_row<T>(is_key, b, position, kv_head);
+  if (dst == nullptr) return;  // a paged cache without a page for this position
   if (is_key) {
     const int64_t angle = position * p.head_dim + i;
     const float2 y = rotate(to_float(src[i]), to_float(src[i + half]), p.cos[angle], p.sin[angle]);
@@ -146,18 +164,11 @@ void copy_strides(const torch::Tensor& t, int64_t (&out)[3]) {
   for (int d = 0; d < 3; ++d) out[d] = t.stride(d);
 }
 
-}  // namespace
-
-// q [B, S, Hq, D], k and v [B, S, Hkv, D] (any strides, last dim contiguous); k_cache, v_cache
-// [B, max_len, Hkv * D]; cos, sin [table_len, D] float32 contiguous. Rotates q (returned,
-// [B, S, Hq, D] contiguous) and k by RoPE at positions current_pos + s, and writes the rotated
-// k and v into the caches at those positions. current_pos_tensor (CUDA int32, 0-d or [B]),
-// when given, replaces current_pos and is read on the device.
-torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
-                          torch::Tensor v_cache, torch::Tensor cos, torch::Tensor sin,
-                          int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor) {
+// The checks of q [B, S, Hq, D], k and v [B, S, Hkv, D], cos and sin [table_len, D] (fp32,
+// contiguous) that both caches share.
+void check_rope_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const torch::Tensor& cos, const torch::Tensor& sin) {
   for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"},
-                                std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"},
                                 std::pair{&cos, "cos"}, std::pair{&sin, "sin"}}) {
     attn::check_cuda_tensor(*t, name);
     attn::check_nonempty(*t, name);
@@ -165,28 +176,18 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   attn::check_dtype(q, "q", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
   attn::check_same(k, "k", q, "q");
   attn::check_same(v, "v", q, "q");
-  attn::check_same(k_cache, "k_cache", q, "q");
-  attn::check_same(v_cache, "v_cache", q, "q");
   attn::check_dim(q, "q", 4, "[batch, tokens, q_heads, head_dim]");
   attn::check_dim(k, "k", 4, "[batch, tokens, kv_heads, head_dim]");
   attn::check_dim(v, "v", 4, "[batch, tokens, kv_heads, head_dim]");
-  attn::check_dim(k_cache, "k_cache", 3, "[batch, max_len, kv_heads * head_dim]");
-  attn::check_dim(v_cache, "v_cache", 3, "[batch, max_len, kv_heads * head_dim]");
   attn::check_dim(cos, "cos", 2, "[max_len, head_dim]");
   attn::check_dim(sin, "sin", 2, "[max_len, head_dim]");
-  const int64_t batch = q.size(0), seq = q.size(1), q_heads = q.size(2), head_dim = q.size(3);
-  const int64_t kv_heads = k.size(2);
+  const int64_t batch = q.size(0), seq = q.size(1), head_dim = q.size(3);
   TORCH_CHECK_VALUE(head_dim % 2 == 0, attn::str("RoPE rotates pairs: head_dim must be even, but is ",
                     head_dim, "."));
   TORCH_CHECK_VALUE(k.sizes() == v.sizes() && k.size(0) == batch && k.size(1) == seq &&
                     k.size(3) == head_dim,
                     attn::str("k and v must be [", batch, ", ", seq, ", kv_heads, ", head_dim,
                               "] like q, but are ", k.sizes(), " and ", v.sizes(), "."));
-  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes() && k_cache.size(0) == batch &&
-                    k_cache.size(2) == kv_heads * head_dim,
-                    attn::str("the caches must be [", batch, ", max_len, ", kv_heads * head_dim,
-                              "] (kv_heads * head_dim) but are ", k_cache.sizes(), " and ",
-                              v_cache.sizes(), "."));
   for (const auto& [t, name] : {std::pair{&cos, "cos"}, std::pair{&sin, "sin"}}) {
     attn::check_dtype(*t, name, {torch::kFloat32});
     attn::check_contiguous(*t, name);
@@ -194,17 +195,26 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
                       attn::str("cos and sin must both be [max_len, ", head_dim, "] but are ",
                                 cos.sizes(), " and ", sin.sizes(), "."));
   }
-  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"},
-                                std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
+  for (const auto& [t, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
     attn::check_last_dim_contiguous(*t, name);
   }
-  TORCH_CHECK_VALUE(k_cache.strides() == v_cache.strides(),
-                    "k_cache and v_cache must have the same strides.");
-  const int64_t max_position = std::min(k_cache.size(1), cos.size(0));
+}
+
+// Fill the parameters of checked inputs, check the positions an int current_pos writes
+// (below max_position: the cache's or the table's length, whichever is shorter), and launch
+// the kernel for `cache`. Returns q rotated.
+template <typename Cache>
+torch::Tensor launch_rope_append(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& cos, const torch::Tensor& sin,
+                                 const Cache& cache, int64_t cache_len, const char* cache_name,
+                                 int64_t current_pos, const std::optional<torch::Tensor>& current_pos_tensor) {
+  const int64_t batch = q.size(0), seq = q.size(1), q_heads = q.size(2), head_dim = q.size(3);
+  const int64_t kv_heads = k.size(2);
+  const int64_t max_position = std::min(cache_len, cos.size(0));
   if (!current_pos_tensor.has_value()) {
     TORCH_CHECK_VALUE(current_pos >= 0 && current_pos + seq <= max_position,
                       attn::str("positions [", current_pos, ", ", current_pos + seq, ") do not fit: "
-                                "the cache holds ", k_cache.size(1), " positions and the RoPE tables ",
+                                "the ", cache_name, " ", cache_len, " positions and the RoPE tables ",
                                 cos.size(0), "."));
   }
   const int64_t points = (q_heads + 2 * kv_heads) * (head_dim / 2);
@@ -218,15 +228,11 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   p.v = v.data_ptr();
   const torch::Tensor q_out = torch::empty({batch, seq, q_heads, head_dim}, q.options());
   p.q_out = q_out.data_ptr();
-  p.k_cache = k_cache.data_ptr();
-  p.v_cache = v_cache.data_ptr();
   p.cos = cos.data_ptr<float>();
   p.sin = sin.data_ptr<float>();
   copy_strides(q, p.q_strides);
   copy_strides(k, p.k_strides);
   copy_strides(v, p.v_strides);
-  p.cache_strides[0] = k_cache.stride(0);
-  p.cache_strides[1] = k_cache.stride(1);
   p.seq = static_cast<int>(seq);
   p.q_heads = static_cast<int>(q_heads);
   p.kv_heads = static_cast<int>(kv_heads);
@@ -238,9 +244,61 @@ torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, tor
   const c10::cuda::CUDAGuard guard(q.device());
   const dim3 grid(static_cast<unsigned>(batch * seq), static_cast<unsigned>(blocks_per_token));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const auto kernel = q.scalar_type() == torch::kFloat32   ? rope_append_kernel<float>
-                      : q.scalar_type() == torch::kFloat16 ? rope_append_kernel<__half>
-                                                           : rope_append_kernel<__nv_bfloat16>;
-  attn::launch_overlapped("rope_append_kernel", kernel, grid, dim3(kThreads), stream, p);
+  const auto kernel = q.scalar_type() == torch::kFloat32   ? rope_append_kernel<float, Cache>
+                      : q.scalar_type() == torch::kFloat16 ? rope_append_kernel<__half, Cache>
+                                                           : rope_append_kernel<__nv_bfloat16, Cache>;
+  attn::launch_overlapped("rope_append_kernel", kernel, grid, dim3(kThreads), stream, p, cache);
   return q_out;
+}
+
+}  // namespace
+
+// q [B, S, Hq, D], k and v [B, S, Hkv, D] (any strides, last dim contiguous); k_cache, v_cache
+// [B, max_len, Hkv * D]; cos, sin [table_len, D] float32 contiguous. Rotates q (returned,
+// [B, S, Hq, D] contiguous) and k by RoPE at positions current_pos + s, and writes the rotated
+// k and v into the caches at those positions. current_pos_tensor (CUDA int32, 0-d or [B]),
+// when given, replaces current_pos and is read on the device.
+torch::Tensor rope_append(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor k_cache,
+                          torch::Tensor v_cache, torch::Tensor cos, torch::Tensor sin,
+                          int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor) {
+  check_rope_inputs(q, k, v, cos, sin);
+  for (const auto& [t, name] : {std::pair{&k_cache, "k_cache"}, std::pair{&v_cache, "v_cache"}}) {
+    attn::check_cuda_tensor(*t, name);
+    attn::check_nonempty(*t, name);
+    attn::check_same(*t, name, q, "q");
+    attn::check_dim(*t, name, 3, "[batch, max_len, kv_heads * head_dim]");
+    attn::check_last_dim_contiguous(*t, name);
+  }
+  const int64_t batch = q.size(0), head_dim = q.size(3), kv_heads = k.size(2);
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes() && k_cache.size(0) == batch &&
+                    k_cache.size(2) == kv_heads * head_dim,
+                    attn::str("the caches must be [", batch, ", max_len, ", kv_heads * head_dim,
+                              "] (kv_heads * head_dim) but are ", k_cache.sizes(), " and ",
+                              v_cache.sizes(), "."));
+  TORCH_CHECK_VALUE(k_cache.strides() == v_cache.strides(),
+                    "k_cache and v_cache must have the same strides.");
+  const ContiguousCache cache{k_cache.data_ptr(), v_cache.data_ptr(), k_cache.stride(0),
+                              k_cache.stride(1), static_cast<int>(head_dim)};
+  return launch_rope_append(q, k, v, cos, sin, cache, k_cache.size(1), "cache holds", current_pos,
+                            current_pos_tensor);
+}
+
+// The same into a paged cache (decode_paged.cuh): k_pages, v_pages [num_pages, page_size, Hkv,
+// D] (contiguous, q's dtype), block_table [B, max_pages] int32 on the GPU. Token s of sequence
+// b goes to position current_pos + s (its length before the append: an int, or CUDA int32, 0-d
+// or [B], read on the device), row position % page_size of page block_table[b][position /
+// page_size]; the caller has given the sequence that page (task5/ops.py's PageAllocator). A
+// position past the table, or whose entry is not a page, writes nothing (q is still rotated).
+torch::Tensor rope_append_paged(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                torch::Tensor k_pages, torch::Tensor v_pages,
+                                torch::Tensor block_table, torch::Tensor cos, torch::Tensor sin,
+                                int64_t current_pos, std::optional<torch::Tensor> current_pos_tensor) {
+  check_rope_inputs(q, k, v, cos, sin);
+  const attn_decode::PagedKv pages =
+      attn_decode::paged_kv(k_pages, v_pages, block_table, q, q.size(0), q.size(3));
+  TORCH_CHECK_VALUE(k_pages.size(2) == k.size(2), attn::str("k has ", k.size(2), " KV heads but the "
+                    "pages hold ", k_pages.size(2), "; they must match."));
+  const int64_t capacity = static_cast<int64_t>(pages.max_pages) << pages.page_shift;
+  return launch_rope_append(q, k, v, cos, sin, pages, capacity, "block table holds", current_pos,
+                            current_pos_tensor);
 }

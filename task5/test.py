@@ -9,6 +9,9 @@
     python -m task5.test --gqa --fused   # beyond the course: GQA and variants in decode
                                          # (task5/variants_checks.py), the fused decode
                                          # kernels (task5/fused_checks.py)
+    python -m task5.test --paged         # beyond the course: the paged KV cache
+                                         # (task5/paged_checks.py; --paged-small: tiny cases;
+                                         # --paged-bench: paged vs contiguous decode time)
 
 Course protocol: hidden 4096, 32 heads, max_seq_len 2048, B 16, nn.MultiheadAttention weights
 seeded with 42, causal; prefill 1024 tokens (task 4's kernel; TTFT), then 100 decode steps,
@@ -67,6 +70,7 @@ from task5.attention import (
 from task5.manifest import (COPY_GBPS, DECODE_PRODUCTS, SHORT_DECODE_SHAPES, TBT_SPEEDUP,
                              TTFT_SPEEDUP, decode_prefix, decode_product_prefix)
 from task5.fused_checks import GROUPS as FUSED_GROUPS
+from task5.paged_checks import GROUPS as PAGED_GROUPS
 from task5.variants_checks import GROUPS as VARIANT_GROUPS
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -895,10 +899,11 @@ def _decode_shape(batch, heads, ctx, head_dim, *, copy_gbps, num_sms, gen, devic
     return checks, metrics
 
 
-# The course's groups, then the attention variants (task5/variants_checks.py) and the fused
-# decode kernels (task5/fused_checks.py).
+# The course's groups, then the attention variants (task5/variants_checks.py), the paged KV
+# cache (task5/paged_checks.py) and the fused decode kernels (task5/fused_checks.py).
 GROUPS = {"kernels": kernels_group, "inputs": inputs_group, "small": small_group,
-          "course": course_group, "decode": decode_group, **VARIANT_GROUPS, **FUSED_GROUPS}
+          "course": course_group, "decode": decode_group, **VARIANT_GROUPS, **PAGED_GROUPS,
+          **FUSED_GROUPS}
 
 
 def main(argv=None) -> int:

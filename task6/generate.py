@@ -17,6 +17,12 @@ CUDA int32 tensor (RoPE indexes its tables with it; update_kv_cache writes there
 decode kernel attends to position + 1 tokens). The graph itself writes the next token into
 the input and advances the position, so each step is just `graph.replay()`.
 
+generate_paged does the same for a batch of prompts of different lengths on a paged KV cache
+(task5's decode_paged.cu and PageAllocator): each prompt prefilled alone in chunks of up to
+16 tokens, then one decode step for the batch per token, each sequence stopping at its own
+length with its pages freed at once; its graph reads the allocator's block table and lengths,
+which the host updates in place between replays.
+
 Timing (when `timings` is a dict and the model is on a GPU) uses CUDA events recorded on the
 stream: TTFT from before the prefill to after the first token; TBT = the decode loop's time
 divided by its steps. The graph capture is set-up, outside both.
@@ -28,7 +34,7 @@ import torch
 
 from common.graphs import capture_graph
 from common.timing import TokenClock, TokenTiming
-from task6.model import KVCache, customModel
+from task6.model import KVCache, PagedKVCache, customModel
 
 
 class GraphDecodeStep:
@@ -174,6 +180,121 @@ def generate(model: customModel, prompt_tokens: torch.Tensor, max_new_tokens: in
             timings["tbt_ms"] = decode.tbt_ms
             timings["step_ms"] = decode.step_ms
     return (tokens, all_logits) if return_logits else tokens
+
+
+# --- a batch of prompts of different lengths on a paged KV cache ------------------------------
+
+PREFILL_CHUNK = 16   # prompt tokens per forward on the paged kernel (it takes up to 16 rows)
+
+
+class PagedGraphStep:
+    """One greedy decode step of every sequence of a paged cache, captured once in a CUDA graph.
+
+    It reads the token [B, 1] it is fed, the allocator's seq_lens and block_table (the lengths
+    with this step's token counted, and its pages given, by the host before each replay), and
+    writes the chosen token back into `token`. Adding pages and raising lengths changes the
+    tensors' values, never their addresses, so the graph stays valid as the sequences grow.
+    """
+
+    WARMUP_STEPS = 2
+
+    def __init__(self, model: customModel, cache: PagedKVCache, first_token: torch.Tensor):
+        self.token = first_token.reshape(-1, 1).clone()
+        allocator = cache.allocator
+
+        def step() -> torch.Tensor:
+            logits = model.forward_paged(self.token, cache, allocator.seq_lens,
+                                         last_logits_only=True)
+            self.token.copy_(logits[:, -1].argmax(dim=-1, keepdim=True))
+            return logits[:, -1]
+
+        # The warm-ups and the capture write the cache at the first step's positions with the
+        # token it feeds: the values the first replay writes again.
+        saved = self.token.clone()
+        self.graph, self.logits = capture_graph(step, warmup=self.WARMUP_STEPS,
+                                                reset=lambda: self.token.copy_(saved))
+        self.graph.replay()            # the first launch uploads the graph; undone as above
+        self.token.copy_(saved)
+
+    def __call__(self) -> torch.Tensor:
+        self.graph.replay()
+        return self.token[:, 0]
+
+
+@torch.no_grad()
+def generate_paged(model: customModel, prompts: list[torch.Tensor], max_new_tokens,
+                   *, page_size: int = 16, num_pages: int | None = None,
+                   use_cuda_graph: bool = True, shuffle: int | None = None,
+                   cache: PagedKVCache | None = None) -> list[torch.Tensor]:
+    """Greedy generation for a batch of prompts of different lengths on a paged KV cache.
+
+    prompts: B 1-d tensors of token ids (any lengths >= 1); max_new_tokens: an int, or one per
+    prompt: sequence b stops after its own count, and its pages go back to the allocator at
+    once (a longer sequence may then take them). Each prompt is prefilled alone, in chunks of
+    PREFILL_CHUNK tokens; then one decode step for the whole batch per token (as a CUDA graph
+    on a GPU with the kernels, use_cuda_graph), a finished sequence's slot running on with
+    length 0 (it reads no key and writes no page). num_pages: default, enough for every
+    sequence at its longest. Returns B tensors [max_new_tokens_b] of token ids, which equal
+    generate()'s for each prompt alone (contiguous cache) up to rounding.
+    """
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts must be a non-empty list of 1-d tensors of token ids.")
+    for b, prompt in enumerate(prompts):
+        if not isinstance(prompt, torch.Tensor) or prompt.dim() != 1 or prompt.numel() < 1:
+            raise ValueError(f"prompts[{b}] must be a 1-d tensor of at least one token id.")
+    batch = len(prompts)
+    counts = [max_new_tokens] * batch if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(counts) != batch or any(not isinstance(n, int) or n < 1 for n in counts):
+        raise ValueError(f"max_new_tokens must be an int >= 1 or one such int per prompt "
+                         f"({batch}), not {max_new_tokens!r}.")
+    lengths = [int(p.numel()) + n - 1 for p, n in zip(prompts, counts, strict=True)]
+    if max(lengths) > model.max_seq_len:
+        raise ValueError(f"a prompt plus its new tokens needs {max(lengths)} positions, beyond "
+                         f"the model's max_seq_len {model.max_seq_len}.")
+    if cache is None:
+        needed = sum(-(-n // page_size) for n in lengths)
+        cache = model.allocate_paged_kv_cache(batch, num_pages or needed, page_size,
+                                              max_len=max(lengths), shuffle=shuffle)
+    alloc = cache.allocator
+    device = model.device
+
+    # Prefill, one prompt at a time (its own row of the block table), in chunks.
+    tokens = [torch.empty(n, dtype=torch.long, device=device) for n in counts]
+    for b, prompt in enumerate(prompts):
+        prompt = prompt.to(device).long()
+        for start in range(0, prompt.numel(), PREFILL_CHUNK):
+            chunk = prompt[start:start + PREFILL_CHUNK]
+            alloc.append(b, chunk.numel())
+            logits = model.forward_paged(chunk[None], cache, alloc.seq_lens[b:b + 1],
+                                         alloc.block_table[b:b + 1], last_logits_only=True)
+        tokens[b][0] = logits[0, -1].argmax()
+
+    # Decode: every step feeds each live sequence its last token; a sequence that has all its
+    # tokens is freed before the next step.
+    live = [n > 1 for n in counts]
+    for b in range(batch):
+        if not live[b]:
+            alloc.free(b)
+    graph = use_cuda_graph and device.type == "cuda" and model.attention_backend == "custom"
+    current = torch.stack([t[0] for t in tokens]).view(batch, 1)
+    graph_step = None
+    for i in range(1, max(counts)):
+        alloc.append_many({b: 1 for b in range(batch) if live[b]})
+        if graph and graph_step is None:
+            graph_step = PagedGraphStep(model, cache, current)
+        if graph_step is not None:
+            chosen = graph_step()
+        else:
+            logits = model.forward_paged(current, cache, alloc.seq_lens, last_logits_only=True)
+            chosen = logits[:, -1].argmax(dim=-1)
+            current = chosen.view(batch, 1)
+        for b in range(batch):
+            if live[b]:
+                tokens[b][i] = chosen[b]
+                if i == counts[b] - 1:
+                    live[b] = False
+                    alloc.free(b)
+    return tokens
 
 
 def _progress_bar(total: int, enabled: bool):

@@ -50,7 +50,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from common import limits
-from task5.ops import AttentionOps, kernel_ops, torch_ops
+from task5.ops import (
+    AttentionOps,
+    PageAllocator,
+    kernel_ops,
+    paged_attention,
+    paged_rope_append,
+    torch_ops,
+)
 from task6.rope import RotaryEmbedding, apply_rope
 
 BACKENDS = ("custom", "torch")
@@ -58,6 +65,16 @@ STYLES = ("gpt", "llama")   # LayerNorm + biases (the course model), or RMSNorm,
 NORM_EPS = 1e-5
 
 KVCache = list[tuple[torch.Tensor, torch.Tensor]]   # one (k_cache, v_cache) per layer
+
+
+@dataclass
+class PagedKVCache:
+    """A paged KV cache (task 5's decode_paged.cu): one (k_pages, v_pages) per layer, each
+    [num_pages, page_size, num_kv_heads, head_dim], and the allocator whose block table and
+    lengths every layer shares (a sequence holds the same page ids in every layer)."""
+
+    pages: list[tuple[torch.Tensor, torch.Tensor]]
+    allocator: PageAllocator
 
 
 def kernels() -> AttentionOps:
@@ -79,6 +96,7 @@ class StepInfo:
     sin: torch.Tensor | None           # (None on the fused decode path, which needs neither)
     fused: bool = False                # a decode step on our fused kernels (task5/fused.py)
     rope_append: bool = False          # RoPE + cache write on rope_append (fused decode or prefill)
+    block_table: torch.Tensor | None = None   # a paged cache's (forward_paged; seq_len: [B] lengths)
 
 
 def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
@@ -123,6 +141,17 @@ class Attention(nn.Module):
         batch, seq, _ = x.shape
         heads, kv_heads = self.num_heads, self.num_kv_heads
         qkv = linear(self.qkv_proj, x, step).view(batch, seq, heads + 2 * kv_heads, self.head_dim)
+        if step.block_table is not None:
+            # A paged cache (k_cache, v_cache are this layer's pages): RoPE and the append into
+            # the pages in one kernel, then causal attention through the block table.
+            backend = "kernels" if step.backend == "custom" else "torch"
+            q = paged_rope_append(qkv[:, :, :heads], qkv[:, :, heads:heads + kv_heads],
+                                  qkv[:, :, heads + kv_heads:], k_cache, v_cache, step.block_table,
+                                  step.rope.cos, step.rope.sin, step.seq_len, backend)
+            out = paged_attention(q.transpose(1, 2), k_cache, v_cache, step.block_table,
+                                  step.seq_len, backend)
+            out = out.transpose(1, 2).reshape(batch, seq, heads * self.head_dim)
+            return linear(self.o_proj, out, step, residual)
         if step.rope_append:
             # One kernel rotates q and k and writes k and v into the cache; then the attention,
             # with the keys and values read back from the cache.
@@ -360,6 +389,59 @@ class customModel(nn.Module):
         ops = kernels() if self.attention_backend == "custom" else torch_ops()
         return [ops.allocate_kv_cache(batch, max_len, self.kv_hidden, self.dtype, self.device)
                 for _ in range(self.num_layers)]
+
+    def allocate_paged_kv_cache(self, batch: int, num_pages: int, page_size: int = 16,
+                                max_len: int | None = None, shuffle: int | None = None) -> PagedKVCache:
+        """A paged cache of num_pages pages of page_size tokens per layer (zeros), for `batch`
+        sequences of at most max_len tokens (default max_seq_len) each; pages are handed out by
+        its allocator (task5.ops.PageAllocator; `shuffle`: a seed for a random order)."""
+        max_len = self.max_seq_len if max_len is None else max_len
+        if not 1 <= max_len <= self.max_seq_len:
+            raise ValueError(f"max_len {max_len} must be in [1, max_seq_len = {self.max_seq_len}] "
+                             "(RoPE tables cover max_seq_len positions).")
+        allocator = PageAllocator(num_pages, page_size, batch, -(-max_len // page_size),
+                                  device=self.device, shuffle=shuffle)
+        shape = (num_pages, page_size, self.num_kv_heads, self.head_dim)
+        pages = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
+                  torch.zeros(shape, dtype=self.dtype, device=self.device))
+                 for _ in range(self.num_layers)]
+        return PagedKVCache(pages, allocator)
+
+    def forward_paged(self, tokens: torch.Tensor, cache: PagedKVCache, seq_lens: torch.Tensor,
+                      block_table: torch.Tensor | None = None, *,
+                      last_logits_only: bool = False) -> torch.Tensor:
+        """tokens [B, S] (S <= 16 on the kernels: a decode step, or a chunk of a prompt) at
+        positions seq_lens[b] - S .. seq_lens[b] - 1 of each sequence of the paged cache;
+        seq_lens: [B] int32 on the model's device, each sequence's length once these tokens are
+        in (read on the device: a CUDA graph replays this call as they grow). Their pages must
+        be allocated (cache.allocator). block_table: the allocator's, or rows of it (a prompt
+        run for one sequence). Returns the logits [B, S, vocab] ([B, 1, vocab] with
+        last_logits_only). A sequence of length 0 (freed) gives meaningless logits and writes
+        nothing."""
+        batch, seq = self._check_tokens(tokens)
+        custom = self.attention_backend == "custom"
+        if custom and self.dtype not in (torch.float16, torch.bfloat16):
+            raise TypeError(f"the paged cache runs on tensor cores in float16 or bfloat16, but "
+                            f"the model computes in {self.dtype}; build it with dtype=torch."
+                            "bfloat16, or use attention='torch'.")
+        table = cache.allocator.block_table if block_table is None else block_table
+        if table.shape[0] != batch or tuple(seq_lens.shape) != (batch,):
+            raise ValueError(f"tokens hold {batch} sequences but block_table has "
+                             f"{table.shape[0]} rows and seq_lens shape {tuple(seq_lens.shape)}.")
+        if len(cache.pages) != self.num_layers:
+            raise ValueError(f"the paged cache has {len(cache.pages)} layers of pages but the "
+                             f"model {self.num_layers}; allocate it with model.allocate_paged_kv_cache.")
+        decode = seq == 1
+        step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=seq_lens - seq,
+                        seq_len=seq_lens, rope=self.rope, cos=None, sin=None,
+                        fused=decode and self.fused_decode and custom, block_table=table)
+        x = self.embed(tokens)
+        for layer, (k_pages, v_pages) in zip(self.layers, cache.pages, strict=True):
+            x = layer(x, k_pages, v_pages, step)
+        x = norm(self.ln_f, x, step)
+        if last_logits_only:
+            x = x[:, -1:]
+        return linear(self.lm_head, x, step)
 
     # --- the forward pass -------------------------------------------------------------------
 

@@ -21,8 +21,8 @@ def test_module_imports_without_building_the_extension():
                  "allocate_kv_cache", "choose_num_splits", "CustomFlashAttention"):
         assert callable(getattr(attention, name))
     assert set(task5_test.GROUPS) == {"kernels", "inputs", "small", "course", "decode",
-                                      "gqa-small", "gqa", "gqa-mma", "gqa-bench", "fused-small",
-                                      "fused"}
+                                      "gqa-small", "gqa", "gqa-mma", "gqa-bench", "paged-small",
+                                      "paged", "paged-bench", "fused-small", "fused"}
 
 
 def test_split_heuristic_fills_the_gpu_without_tiny_splits():

@@ -272,12 +272,13 @@ __device__ __forceinline__ SinkTerm<Max> sink_term(float sink_logit, Max m2) {
 // q [B, H_q, S_q, D], k [B, H_kv, S_k, D] (validated by the caller). Raises a Python
 // ValueError / TypeError for every bad description. `mask_scale` converts an additive mask
 // value (logit units) to the kernel's score units.
-inline MaskParams make_mask_params(const torch::Tensor& q, const torch::Tensor& k, bool causal,
+// seq_k: the keys a sequence may have (k.size(2); a paged cache's max_pages * page_size).
+inline MaskParams make_mask_params(const torch::Tensor& q, int64_t seq_k, bool causal,
                                    std::optional<int64_t> window, int64_t stride,
                                    const std::optional<torch::Tensor>& mask,
                                    const std::optional<torch::Tensor>& key_lengths,
                                    bool left_padding, float mask_scale) {
-  const int64_t batch = q.size(0), heads = q.size(1), seq_q = q.size(2), seq_k = k.size(2);
+  const int64_t batch = q.size(0), heads = q.size(1), seq_q = q.size(2);
   MaskParams p;
   p.seq_q = static_cast<int>(seq_q);
   p.seq_k = static_cast<int>(seq_k);
@@ -344,6 +345,15 @@ inline MaskParams make_mask_params(const torch::Tensor& q, const torch::Tensor& 
     p.mask_scale = mask_scale;
   }
   return p;
+}
+
+inline MaskParams make_mask_params(const torch::Tensor& q, const torch::Tensor& k, bool causal,
+                                   std::optional<int64_t> window, int64_t stride,
+                                   const std::optional<torch::Tensor>& mask,
+                                   const std::optional<torch::Tensor>& key_lengths,
+                                   bool left_padding, float mask_scale) {
+  return make_mask_params(q, k.size(2), causal, window, stride, mask, key_lengths, left_padding,
+                          mask_scale);
 }
 
 // The softmax scale: `scale` (validated: positive and finite) or 1 / sqrt(head_dim).

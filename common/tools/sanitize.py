@@ -30,9 +30,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # Beside each task's `small` group, the tiny cases of its attention-variant kernels (task 4's
-# backward kernels too, and task 5's fused decode kernels).
+# backward kernels too, and task 5's paged cache and fused decode kernels).
 SMALL_VARIANT_GROUPS = {4: ("--variants-small", "--backward-small", "--backward-half-small"),
-                        5: ("--gqa-small", "--fused-small")}
+                        5: ("--gqa-small", "--paged-small", "--fused-small")}
 
 
 def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, float]:
