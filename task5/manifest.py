@@ -120,6 +120,29 @@ GQA_SECTION = Section(
                   tuple(_gqa_variant_row(v) for v in GQA_VARIANTS))),
     sources=("task5.gqa",), where="beyond")
 
+# The paged KV cache (decode_paged.cu on decode_gqa.cu's kernel; task5/paged_checks.py,
+# --paged-bench): issue 32's shape, page sizes and targets (contiguous time / paged time).
+PAGED_SHAPE = "b8_hq32_hkv8_ctx8192_d128"
+PAGED_TARGETS = {16: 0.9, 64: 0.95, 256: 0.95}
+
+
+def _paged_row(page: int) -> Row:
+    p = f"task5.paged.fp16.{PAGED_SHAPE}.page{page}"
+    return Row((str(page), Metric(f"{p}.us", "{:.1f}"), Metric("task5.paged.fp16.contiguous_us", "{:.1f}"),
+                Metric(f"{p}.ratio_vs_contiguous", suffix="x"), f">= {PAGED_TARGETS[page]}"),
+               when=f"{p}.ratio_vs_contiguous")
+
+
+PAGED_SECTION = Section(
+    "Paged KV cache (fp16, B 8, 32/8 heads, context 8192, D 128; CUDA-graph replays)",
+    intro=("The decode through a block table (pages of [page_size, H_kv, D], handed out "
+           "shuffled) on decode_gqa.cu's kernel, against the same kernel on the contiguous cache, "
+           "in interleaved rounds, caches rotated beyond L2; ratio = contiguous time / paged time "
+           "(`python -m task5.test --paged-bench`)."),
+    blocks=(Table(("page size", "paged us", "contiguous us", "contiguous / paged", "target"),
+                  tuple(_paged_row(page) for page in PAGED_TARGETS)),),
+    sources=("task5.paged",), where="beyond")
+
 # Task 6's decode-step products at batch 4, hidden 4096: (name, rows, K, N, gated). gate_up is
 # timed twice: as one plain product over the stacked [2 * width, K] weight, and as decode_swiglu
 # (silu(gate) * up in the epilogue, N = width).
@@ -160,5 +183,5 @@ MANIFEST = TaskManifest(
     task=5, points=4, needs_gpu=True, parts=(Part(("course", "kernels"), 4),),
     shown=(Metric(TTFT_SPEEDUP, suffix="x", label="TTFT"), Metric(TBT_SPEEDUP, suffix="x", label="TBT")),
     sections=(COURSE_SECTION, DECODE_SECTION, SHORT_DECODE_SECTION, GQA_SECTION,
-              DECODE_PRODUCTS_SECTION),
+              PAGED_SECTION, DECODE_PRODUCTS_SECTION),
     cpu_note="its kernels are CUDA")

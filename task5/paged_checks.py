@@ -37,6 +37,7 @@ from common.harness import gpu_group
 from common.variants import Variant, check_variant, reference_attention_variant
 from task5 import attention as attention_module
 from task5.attention import paged_decode_attention
+from task5.manifest import PAGED_TARGETS
 from task5.ops import PageAllocator, gather_pages, scatter_to_pages
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -320,7 +321,7 @@ def paged_group(args=None):
 # ---- the benchmark ---------------------------------------------------------------------------
 
 BENCH_SHAPE = (8, 32, 8, 8192, 128)          # B, H_q, H_kv, ctx, D
-BENCH_PAGES = {16: 0.9, 64: 0.95, 256: 0.95}  # page size: target of contiguous / paged time
+BENCH_PAGES = PAGED_TARGETS  # page size: target of contiguous / paged time (task5/manifest.py)
 BENCH_ROUNDS = 5
 ROTATE_BYTES = 256 * 2**20                   # caches together far bigger than the 50 MB L2
 
