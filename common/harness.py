@@ -214,12 +214,20 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
     parser.add_argument("--no-record", action="store_true",
                         help="do not append the measured figures to results/<gpu>.json")
+    parser.add_argument("--skip", default="", metavar="GROUPS",
+                        help="comma-separated groups to leave out of a run of every group")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the checks and figures to this JSON file (the grader reads it)")
     if extra_args:
         extra_args(parser)
     args = parser.parse_args(argv)
-    chosen = [g for g in groups if getattr(args, g.replace("-", "_"))] or list(groups)
+    skipped = {g for g in args.skip.split(",") if g}
+    unknown = skipped - set(groups)
+    if unknown:
+        parser.error(f"--skip names groups {task} does not have: {', '.join(sorted(unknown))} "
+                     f"(its groups: {', '.join(groups)})")
+    chosen = ([g for g in groups if getattr(args, g.replace("-", "_"))]
+              or [g for g in groups if g not in skipped])
     problem = device_problem(args.device, gpu_only)
     if problem:
         print(f"[{task}] {problem}")

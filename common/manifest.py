@@ -110,3 +110,7 @@ class TaskManifest:
     shown: tuple[Metric, ...] = ()        # figures the grader's table shows (Metric.label)
     sections: tuple[Section, ...] = ()
     cpu_note: str = ""                    # why a GPU is needed, said when grading on a CPU
+    # Check groups the main job (run_all without --everything) leaves out: benchmarks beyond
+    # the course that the main job's time cannot afford; `python -m pytest` and
+    # `run_all --everything` run them.
+    everything_groups: tuple[str, ...] = ()

@@ -300,6 +300,7 @@ HOPPER_VARIANTS_SECTION = Section(
 
 MANIFEST = TaskManifest(
     task=4, points=4, needs_gpu=True,
+    everything_groups=("backward-bench", "backward-half-bench"),
     parts=(Part(("course", "shapes"), 2),),
     speed=(SpeedRule(speedup("noncausal", "b64_s4096"), "non-causal (64, 4096)", TIERS),
            SpeedRule(speedup("causal", "b64_s4096"), "causal (64, 4096)", TIERS)),

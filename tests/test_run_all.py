@@ -32,8 +32,31 @@ def test_a_gpu_plan_builds_side_by_side_first_and_benches_only_with_everything()
     assert {"task4.test", "task7.inference"} <= set(names) and "common.tools.bench" not in names
     assert all(s.report is not None and "--json" in s.module_args
                for s in plan if s.name.endswith(".test"))
+    # The main job leaves task 4's backward benchmarks to --everything (pytest runs them too).
+    task4 = next(s for s in plan if s.name == "task4.test")
+    assert task4.module_args[-2:] == ["--skip", "backward-bench,backward-half-bench"]
     plan, _ = run_all.steps([1, 2, 3, 4, 5, 6, 7], bench=True, gpu=True)
     assert [s.name for s in plan][-2:] == ["common.tools.bench", "common.tools.report"]
+    assert "--skip" not in next(s for s in plan if s.name == "task4.test").module_args
+
+
+def test_skip_leaves_groups_out_of_a_run_of_every_group(capsys):
+    """`--skip a,b` runs every group but those; a named group runs whatever --skip says; an
+    unknown name is an argparse error naming the task's groups."""
+    import pytest
+
+    from common.harness import task_main
+
+    ran = []
+    groups = {name: (lambda args, name=name: ran.append(name) or ([], {})) for name in "abc"}
+    task_main("taskX", groups, ["--skip", "b", "--no-record", "--device", "cpu"])
+    assert ran == ["a", "c"]
+    ran.clear()
+    task_main("taskX", groups, ["--b", "--skip", "b", "--no-record", "--device", "cpu"])
+    assert ran == ["b"]
+    with pytest.raises(SystemExit):
+        task_main("taskX", groups, ["--skip", "z", "--device", "cpu"])
+    assert "does not have: z" in capsys.readouterr().err
 
 
 def test_a_missed_target_is_counted_but_fails_no_step(tmp_path):

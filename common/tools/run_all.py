@@ -12,7 +12,9 @@ output streaming live:
             against SDPA, the variants, the decode, the models), then GPT-2 generating
             (task7.inference --record);
   bench     only with --everything: the benchmark sweep that draws the plots of Results.md
-            (common.tools.bench; minutes of timing, and it checks nothing the tests do not);
+            (common.tools.bench; minutes of timing, and it checks nothing the tests do not),
+            the training run (task6.train), and the task tests' benchmark groups that the
+            main job leaves out (each manifest's everything_groups: task 4's backward benches);
   train     only with --everything: task 6's model and GPT-2 trained on our forward and
             backward kernels beside SDPA (task6.train: the loss gap, step times, the curves);
   report    renders Results.md from results/<gpu>.json, where every test recorded its figures.
@@ -62,9 +64,10 @@ class Step:
     report: Path | None = None      # the --json report of a task test
 
 
-def _test_step(n: int) -> Step:
+def _test_step(n: int, skip: tuple[str, ...] = ()) -> Step:
     report = REPORTS_DIR / f"task{n}.json"
-    return Step(f"task{n}.test", [f"task{n}.test", "--json", str(report)], report)
+    return Step(f"task{n}.test", [f"task{n}.test", "--json", str(report),
+                                  *(["--skip", ",".join(skip)] if skip else [])], report)
 
 
 def steps(tasks: list[int], bench: bool, gpu: bool = True,
@@ -83,7 +86,7 @@ def steps(tasks: list[int], bench: bool, gpu: bool = True,
                 skipped.append((f"task{n}", f"needs a CUDA GPU: {why}"))
             continue
         if (folder / "test.py").exists():
-            plan.append(_test_step(n))
+            plan.append(_test_step(n, () if bench or manifest is None else manifest.everything_groups))
         if n == 7 and (folder / "inference.py").exists():
             plan.append(Step("task7.inference", ["task7.inference", "--record"]))
     if not gpu:
