@@ -50,7 +50,7 @@
 // no gradient), per-sequence key lengths (also left-padded), a softmax scale, and a softcap
 // (dS times the cap's slope 1 - tanh^2). Sinks need nothing here: the lse of the forward holds
 // them, and they have no value. Key tiles and query tiles that the mask proves empty are never
-// loaded (a block's query range is the inverse of KeyMask's key range, queries_seeing).
+// loaded (a block's query range is the inverse of KeyMask's key range, KeyMask::queries_seeing).
 //
 // Where its speed lives: Results.md, "The backward pass" (rendered from results/<gpu>.json;
 // python -m task4.test --backward measures it against SDPA's efficient backend in fp32).
@@ -371,28 +371,6 @@ __device__ __forceinline__ void load_pair_async(float* a_tile, const float* a_he
   copy_async_commit();
 }
 
-// The query rows [x, y) that may see one of the keys [key_first, key_end): the inverse of
-// KeyMask::keys_begin and keys_end (both non-decreasing in the query), in 64-bit arithmetic
-// (a window of 2^30 plus an offset must not wrap). Empty (x >= y) when no query can; rows of
-// the range may still see none of these keys where a stride or a mask tensor hides them (the
-// per-element mask handles those).
-template <bool kGeneral>
-__device__ __forceinline__ int2 queries_seeing(const attn::KeyMask<kGeneral>& mask, int key_first,
-                                               int key_end) {
-  const int64_t k0 = max(key_first, mask.key_begin);
-  const int64_t k1 = min(key_end, mask.key_end);
-  if (k0 >= k1) return make_int2(0, 0);
-  int64_t first = 0, end = mask.seq_q;
-  // keys_end(q) > k0: causal, q + offset + 1 > k0; a window without causal, q + offset + window > k0.
-  if (mask.causal) first = k0 - mask.offset;
-  else if (kGeneral && mask.window > 0) first = k0 - mask.offset - mask.window + 1;
-  // keys_begin(q) < k1: a window, q + offset - window + 1 < k1.
-  if (kGeneral && mask.window > 0) end = k1 - mask.offset + mask.window - 1;
-  first = first < 0 ? 0 : first;
-  end = end > mask.seq_q ? mask.seq_q : end;
-  if (first >= end) return make_int2(0, 0);
-  return make_int2(static_cast<int>(first), static_cast<int>(end));
-}
 
 // ---------------------------------------------------------------------------------------
 // The kernels
@@ -409,7 +387,7 @@ __global__ void __launch_bounds__(Cfg::threads)
   // HINT: col_lane = lane % col_lanes. Copy K and V of the tile into the own tiles once
   // HINT: (load_pair_async, zero-filled past seq_k). dK = dV = 0 in registers. For each query head
   // HINT: of the group (head = kv_head * kv_group + g; KeyMask(p.mask, batch, head)) and each
-  // HINT: query tile from queries_seeing(...): __syncthreads(), copy Q and dO into the streamed
+  // HINT: query tile from mask.queries_seeing(...): __syncthreads(), copy Q and dO into the streamed
   // HINT: tiles, read the lse2 and D of your query columns (+inf and 0 past seq_q), wait,
   // HINT: __syncthreads(); scores = dot_rows<double>(K, Q); recompute_probabilities (mask only if
   // HINT: the key tile is not inside mask.unmasked_keys(q_start, q_start + cols - 1));
@@ -451,7 +429,7 @@ __global__ void __launch_bounds__(Cfg::threads)
   for (int g = 0; g < p.kv_group; ++g) {
     const int head = kv_head * p.kv_group + g;
     const attn::KeyMask<kGeneral> mask(p.mask, batch, head);
-    const int2 queries = queries_seeing(mask, kv_start, kv_start + Cfg::rows);
+    const int2 queries = mask.queries_seeing(kv_start, kv_start + Cfg::rows);
     const float* q_head = p.q + batch * p.q_stride_b + head * p.q_stride_h;
     const float* do_head = p.d_out + batch * p.do_stride_b + head * p.do_stride_h;
     const int64_t row_base = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q;

@@ -138,25 +138,6 @@ __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t bits) {
   return make_float2(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u));
 }
 
-// The query rows [x, y) that may see one of the keys [key_first, key_end): the inverse of
-// KeyMask::keys_begin / keys_end (both non-decreasing in the query), as the fp32 lesson's
-// queries_seeing (flash_backward.cu), in 64-bit arithmetic. Empty (x >= y) when none can.
-template <bool kGeneral>
-__device__ __forceinline__ int2 queries_seeing_keys(const attn::KeyMask<kGeneral>& mask,
-                                                    int key_first, int key_end) {
-  const int64_t k0 = max(key_first, mask.key_begin);
-  const int64_t k1 = min(key_end, mask.key_end);
-  if (k0 >= k1) return make_int2(0, 0);
-  int64_t first = 0, end = mask.seq_q;
-  if (mask.causal) first = k0 - mask.offset;
-  else if (kGeneral && mask.window > 0) first = k0 - mask.offset - mask.window + 1;
-  if (kGeneral && mask.window > 0) end = k1 - mask.offset + mask.window - 1;
-  first = first < 0 ? 0 : first;
-  end = end > mask.seq_q ? mask.seq_q : end;
-  if (first >= end) return make_int2(0, 0);
-  return make_int2(static_cast<int>(first), static_cast<int>(end));
-}
-
 // This lane's ldmatrix addresses (chunk 0 or 1 of its row; pair_step moves along the row):
 // `own` the A operand (this warp's 16 own rows), `plain` the streamed tile as the B operand of
 // A * streamed^T (".col": rows are the N dimension), `trans` the streamed tile as the B operand
@@ -412,7 +393,7 @@ struct QueryTileCursor {
     while (start >= end) {
       if (++group >= p.kv_group) return false;
       const attn::KeyMask<kGeneral> mask(p.mask, batch, kv_head * p.kv_group + group);
-      const int2 range = queries_seeing_keys(mask, kv_start, kv_start + Cfg::kBlockOwn);
+      const int2 range = mask.queries_seeing(kv_start, kv_start + Cfg::kBlockOwn);
       start = range.x;
       end = range.y;
     }

@@ -163,6 +163,27 @@ struct KeyMask {
     return end;
   }
 
+  // The inverse, for the backward passes: the query rows [x, y) that may see one of the keys
+  // [key_first, key_end) (keys_begin and keys_end are non-decreasing in the query), in 64-bit
+  // arithmetic (a window of 2^30 plus an offset must not wrap). Empty (x >= y) when no query
+  // can; rows of the range may still see none of these keys where a stride or a mask tensor
+  // hides them (the per-element mask handles those).
+  __device__ __forceinline__ int2 queries_seeing(int key_first, int key_end) const {
+    const int64_t k0 = max(key_first, key_begin);
+    const int64_t k1 = min(key_end, this->key_end);
+    if (k0 >= k1) return make_int2(0, 0);
+    int64_t first = 0, end = seq_q;
+    // keys_end(q) > k0: causal, q + offset + 1 > k0; a window without causal, q + offset + window > k0.
+    if (causal) first = k0 - offset;
+    else if (kGeneral && window > 0) first = k0 - offset - window + 1;
+    // keys_begin(q) < k1: a window, q + offset - window + 1 < k1.
+    if (kGeneral && window > 0) end = k1 - offset + window - 1;
+    first = first < 0 ? 0 : first;
+    end = end > seq_q ? seq_q : end;
+    if (first >= end) return make_int2(0, 0);
+    return make_int2(static_cast<int>(first), static_cast<int>(end));
+  }
+
   // Keys [lo, hi) are visible to every query in [q_first, q_last] with no additive bias: a
   // key tile inside that range needs no elementwise work. Empty (lo >= hi) when a mask
   // tensor or a stride makes every tile elementwise.
