@@ -284,6 +284,32 @@ def test_task4_backward():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+def test_peak_memory_of_forward_and_backward_grows_linearly_in_s(dtype):
+    """Forward + backward keep no S x S matrix (issue 33): the memory they add on top of their
+    inputs grows about 2x when S doubles (4k, 8k, 16k), where a score matrix would grow 4x,
+    and at S 16384 it is far below one head's score matrix."""
+    def added_peak(seq: int) -> int:
+        gen = torch.Generator(device="cuda").manual_seed(seq)
+        q, k, v, d_out = (torch.randn(1, 8, seq, 64, device="cuda", dtype=dtype, generator=gen)
+                          for _ in range(4))
+        for t in (q, k, v):
+            t.requires_grad_()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        attention.flash_attention(q, k, v, causal=True).backward(d_out)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    added_peak(1024)  # the extensions load, the allocator warms up
+    peaks = {seq: added_peak(seq) for seq in (4096, 8192, 16384)}
+    assert peaks[8192] <= 2.5 * peaks[4096] and peaks[16384] <= 2.5 * peaks[8192], peaks
+    one_head_scores = 16384 * 16384 * torch.finfo(dtype).bits // 8
+    assert peaks[16384] < one_head_scores / 2, peaks
+
+
+@pytest.mark.gpu
 def test_task5_attention_routes_prefill_gradients_through_the_same_entry():
     from task5.attention import attention as task5_attention
 
