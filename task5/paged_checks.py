@@ -321,7 +321,6 @@ def paged_group(args=None):
 # ---- the benchmark ---------------------------------------------------------------------------
 
 BENCH_SHAPE = (8, 32, 8, 8192, 128)          # B, H_q, H_kv, ctx, D
-BENCH_PAGES = PAGED_TARGETS  # page size: target of contiguous / paged time (task5/manifest.py)
 BENCH_ROUNDS = 5
 ROTATE_BYTES = 256 * 2**20                   # caches together far bigger than the 50 MB L2
 
@@ -343,12 +342,12 @@ def paged_bench_group(args=None):
     kv_bytes = 2 * b * hkv * ctx * d * 2
     copies = max(2, math.ceil(ROTATE_BYTES / kv_bytes))
     lengths = torch.full((b,), ctx, dtype=torch.int32, device=device)
-    contiguous_sets, paged_sets = [], {page: [] for page in BENCH_PAGES}
+    contiguous_sets, paged_sets = [], {page: [] for page in PAGED_TARGETS}
     for _ in range(copies):
         q = torch.randn(b, hq, 1, d, device=device, generator=gen).to(dtype)
         k, v = (torch.randn(b, hkv, ctx, d, device=device, generator=gen).to(dtype) for _ in "kv")
         contiguous_sets.append((q, k, v))
-        for page in BENCH_PAGES:
+        for page in PAGED_TARGETS:
             alloc = PageAllocator(b * ctx // page, page, b, ctx // page, device=device, shuffle=page)
             alloc.append_many({seq: ctx for seq in range(b)})
             k_pages = torch.empty(b * ctx // page, page, hkv, d, dtype=dtype, device=device)
@@ -376,7 +375,7 @@ def paged_bench_group(args=None):
         timers[f"page{page}"] = graph_per_call_timer(paged, sets)
     times = interleaved_medians(timers, rounds=BENCH_ROUNDS)
     metrics = {"task5.paged.fp16.contiguous_us": times["contiguous"] * 1e3}
-    for page, target in BENCH_PAGES.items():
+    for page, target in PAGED_TARGETS.items():
         ratio = times["contiguous"] / times[f"page{page}"]
         metrics[paged_metric(page)] = ratio
         metrics[paged_metric(page).replace("ratio_vs_contiguous", "us")] = times[f"page{page}"] * 1e3

@@ -36,6 +36,17 @@ def _need_nvcc():
         pytest.skip("nvcc is not installed here; the compile check needs the CUDA toolkit")
 
 
+def _extension_of(path) -> str | None:
+    """The build module (task<N>.compile or a Hopper build) whose SOURCES list this source."""
+    import importlib
+
+    from common.tools.build_all import HOPPER_BUILDS, build_modules
+
+    relative = str(path.relative_to(compile_check.REPO_ROOT))
+    return next((name for name in (*build_modules(hopper=False), *HOPPER_BUILDS)
+                 if relative in getattr(importlib.import_module(name), "SOURCES", ())), None)
+
+
 def _built_here(path) -> bool:
     """On a GPU machine the session built every extension for this GPU before the first test
     (tests/conftest.py), host code and all, which checks more than this file's device-side
@@ -49,16 +60,14 @@ def _built_here(path) -> bool:
         return False
     from common.tools.build_all import build_modules
 
-    relative = str(path.relative_to(compile_check.REPO_ROOT))
-    for name in build_modules():
-        module = importlib.import_module(name)
-        if relative in getattr(module, "SOURCES", ()):
-            try:
-                module.load()
-            except Exception:  # a failed build: compile it here, where the error is shown
-                return False
-            return True
-    return False
+    name = _extension_of(path)
+    if name is None or name not in build_modules():
+        return False
+    try:
+        importlib.import_module(name).load()
+    except Exception:  # a failed build: compile it here, where the error is shown
+        return False
+    return True
 
 
 class _CompiledOnDemand(dict):
@@ -156,14 +165,10 @@ def test_each_result_is_reported_as_it_finishes(tmp_path, monkeypatch, capsys):
 def test_on_a_gpu_every_source_is_in_an_extension_that_loads():
     """What lets a GPU run skip the compiles: each source is part of an extension the session
     built for this GPU (a .cu file no compile.py lists would be compiled by nobody there)."""
-    import importlib
-
-    from common.tools.build_all import HOPPER_BUILDS, build_modules
+    from common.tools.build_all import build_modules
 
     built = build_modules()
-    owners = {src: name for name in {*built, *HOPPER_BUILDS}
-              for src in importlib.import_module(name).SOURCES}
-    relative = {p: str(p.relative_to(compile_check.REPO_ROOT)) for p in SOURCES}
-    assert not [r for r in relative.values() if r not in owners], "sources no compile.py lists"
-    missing = [r for p, r in relative.items() if owners[r] in built and not _built_here(p)]
+    owners = {p: _extension_of(p) for p in SOURCES}
+    assert not [str(p) for p, name in owners.items() if name is None], "sources no compile.py lists"
+    missing = [str(p) for p, name in owners.items() if name in built and not _built_here(p)]
     assert not missing, f"built for this GPU but not loading: {missing}"
