@@ -1023,15 +1023,6 @@ __device__ __forceinline__ int visited_tile(const CtaWork& w, int n, int& kind) 
 // What a tile's scores need before the softmax: the softcap (Gemma-2; every tile, before a
 // mask's bias, general instantiation only) and the mask, on the tiles that need it (a uniform
 // branch: tiles inside [unmasked_begin, unmasked_end) skip the per-element predicate).
-// c * tanh(s / c) with the hardware's tanh (one MUFU instruction, relative error about 2^-11,
-// as FlashAttention-2/3's softcap, cutlass::fast_tanh): the scores become 16-bit P right after,
-// and tanhf's ~20 instructions per score cost more than the rest of the tile's softmax.
-__device__ __forceinline__ float softcap_score_fast(float score, const attn::MaskParams& m) {
-  float t;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(score * static_cast<float>(m.softcap_inv)));
-  return static_cast<float>(m.softcap) * t;
-}
-
 template <typename Cfg>
 __device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], const Params& p,
                                                const CtaWork& w,
@@ -1039,7 +1030,7 @@ __device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], con
                                                int n_block, int kind, int row0, int col_in_tile) {
   if constexpr (Cfg::kSoftcap) {
 #pragma unroll
-    for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = softcap_score_fast(s[i], p.mask);
+    for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = attn::softcap_score_fast(s[i], p.mask);
   }
   if (!w.needs_mask(n_block, kind)) return;
   const int col0 = n_block * Cfg::kBlockN + col_in_tile;

@@ -258,6 +258,16 @@ __device__ __forceinline__ Score softcap_score(Score score, const MaskParams& p)
   }
 }
 
+// The same with the hardware's tanh (tanh.approx.f32: one MUFU instruction, relative error
+// about 2^-11, as FlashAttention-2/3's softcap, cutlass::fast_tanh), for kernels whose scores
+// become 16-bit P right after (the Hopper kernel): tanhf's ~20 instructions per score cost more
+// than the rest of a tile's softmax there. sm_75 and newer.
+__device__ __forceinline__ float softcap_score_fast(float score, const MaskParams& p) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(score * static_cast<float>(p.softcap_inv)));
+  return static_cast<float>(p.softcap) * t;
+}
+
 // An attention sink (GPT-OSS) joins a row's softmax once, at the end, as a term with no value:
 // given the row's running max in base-2 logit units (m2 = m_raw * scale_log2; -inf when the
 // row saw no key), the sink takes part in the max, top = max(m2, sink2), and the row's
