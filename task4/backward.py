@@ -11,7 +11,7 @@ inference path, and `loss.backward()` then runs FlashAttention-2's backward:
     backward  fp32: the fp32 backward kernel (task4/flash_backward.cu); fp16/bf16: the
               tensor-core backward (task4/flash_backward_mma.cu, mma.sync, sm_80+), in the
               input dtype with fp32 accumulators. Both give dq, dk, dv with dk and dv summed
-              over each KV head's query group (GQA), both deterministic.
+              over each KV head's query group (GQA).
 
 Without grad (inference, torch.no_grad(), inputs that do not require grad) nothing changes: no
 lse is computed, the Hopper kernel and the strided classes still run where they apply.
@@ -21,8 +21,13 @@ fake (meta) implementations, so torch.compile traces through them without a grap
 never looks inside. The backward takes every variant of the forward that does not need a
 gradient of its own: causal (bottom-right for S_q != S_k), GQA, window, stride, bool or additive
 masks, key lengths and left padding, softcap, sinks and scale. A mask or sinks that require grad
-raise a sentence: their gradients are not implemented. The backward is deterministic (no
-atomics): two runs give bit-identical gradients.
+raise a sentence: their gradients are not implemented.
+
+Determinism. The fp32 backward has no atomics: two runs give bit-identical gradients. The
+fp16/bf16 one adds each key tile's share of dQ with atomics, as FlashAttention-2 does (5 tile
+products instead of 7); their order changes the last bits from run to run. Under
+`torch.use_deterministic_algorithms(True)` it computes dQ in a separate pass instead, and its
+gradients are bit-identical run to run (PyTorch's switch, read at each backward).
 
 On a CPU these operators have no kernel; tests/test_task4_backward.py stands task 3's
 PyTorch version (task3/flash_backward.py) in for the extension's four entries that
@@ -64,14 +69,16 @@ def kernel_forward(q, k, v, causal, window, stride, mask, key_lengths, left_padd
 
 def kernel_backward(q, k, v, out, lse, d_out, causal, window, stride, mask, key_lengths,
                     left_padding, softcap, scale):
-    """(dq, dk, dv) in the dtypes of q, k, v: the tensor-core backward for fp16/bf16, the fp32
-    lesson kernel for float32 (and for anything else, on float32 copies)."""
+    """(dq, dk, dv) in the dtypes of q, k, v: the tensor-core backward for fp16/bf16 (its
+    deterministic dQ pass under torch.use_deterministic_algorithms(True)), the fp32 lesson kernel
+    for float32 (and for anything else, on float32 copies)."""
     ext = _extension()
     dtype = q.dtype
     if dtype in HALF_DTYPES:
         dq, dk, dv = call_extension(ext.flash_attention_backward_mma, q, k, v, out.to(dtype),
                                     lse, d_out.to(dtype), causal, window, stride, mask,
-                                    key_lengths, left_padding, softcap, scale)
+                                    key_lengths, left_padding, softcap, scale,
+                                    torch.are_deterministic_algorithms_enabled())
         return dq, dk, dv
     if dtype != torch.float32:
         q, k, v, out, d_out = (t.float() for t in (q, k, v, out, d_out))

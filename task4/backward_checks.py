@@ -12,8 +12,9 @@ backward        dq, dk, dv of task4.attention.flash_attention through autograd (
                 (right and left padded), bool and additive masks (rows fully masked), a stride,
                 softcap, sinks (no gradient of their own), a scale, logits x6, head views of a
                 fused projection, dO not contiguous (every case) or expanded (a .sum()), fp16
-                and bf16 (computed in fp32). Every case runs twice: the gradients must be
-                bit-identical (the backward has no atomics). Also: the fp32 forward's lse
+                and bf16 (computed in fp32). Every case runs twice under
+                torch.use_deterministic_algorithms(True): the gradients must be bit-identical
+                (fp16/bf16 also run the default dQ by atomics). Also: the fp32 forward's lse
                 against float64; finite differences in float64 on tiny cases; bad input raises
                 a sentence; torch.compile(fullgraph=True) gives the eager gradients.
 backward-bench  the fp32 backward (task4.backward.fp32.<shape>.<mask>) against SDPA's efficient
@@ -29,7 +30,9 @@ and the kernel's analytic gradients must match them to fp32 accuracy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 
 import torch
 
@@ -106,25 +109,52 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()])
 
 
-def check_backward_case(name: str, q, k, v, d_out, variant: Variant) -> Check:
-    """One case: out, dq, dk, dv against float64 by FlashAttention-2's criterion, run twice
-    (the gradients must be bit-identical)."""
-    truth = formula_gradients(q, k, v, d_out, variant, torch.float64)
-    yardstick = formula_gradients(q, k, v, d_out, variant, q.dtype)
+@contextlib.contextmanager
+def deterministic_algorithms(on: bool = True):
+    """torch.use_deterministic_algorithms(on) inside the block (warn_only: other operators
+    only warn), restored after; the fp16/bf16 backward reads it (task4/backward.py)."""
+    was = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(on, warn_only=True)
     try:
-        first = _flash_gradients(q, k, v, d_out, variant)
-        second = _flash_gradients(q, k, v, d_out, variant)
-    except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
-        return Check(name, False, f"raised {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
+def _criterion_details(grads, truth, yardstick) -> tuple[bool, list[str]]:
     details, passed = [], True
-    for label, ours, ref, pt in zip(("out", "dq", "dk", "dv"), first, truth, yardstick,
+    for label, ours, ref, pt in zip(("out", "dq", "dk", "dv"), grads, truth, yardstick,
                                     strict=True):
         ok, err, bound = fa2_criterion(ours, ref, pt)
         passed &= ok and ours.dtype == pt.dtype and ours.shape == pt.shape
         details.append(f"{label} {err:.1e}{'<=' if ok else '>'}{bound:.1e}")
+    return passed, details
+
+
+def check_backward_case(name: str, q, k, v, d_out, variant: Variant) -> Check:
+    """One case: out, dq, dk, dv against float64 by FlashAttention-2's criterion, in each mode
+    the dtype has: fp16/bf16 with dQ by atomics (the default) and deterministic (a separate dQ
+    pass, under torch.use_deterministic_algorithms); fp32 has one. The deterministic mode runs
+    twice and its gradients must be bit-identical."""
+    truth = formula_gradients(q, k, v, d_out, variant, torch.float64)
+    yardstick = formula_gradients(q, k, v, d_out, variant, q.dtype)
+    half = q.dtype in (torch.float16, torch.bfloat16)
+    try:
+        atomic = _flash_gradients(q, k, v, d_out, variant) if half else None
+        with deterministic_algorithms():
+            first = _flash_gradients(q, k, v, d_out, variant)
+            second = _flash_gradients(q, k, v, d_out, variant)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
+        return Check(name, False, f"raised {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+    passed, details = _criterion_details(first, truth, yardstick)
+    if atomic is not None:
+        ok, atomic_details = _criterion_details(atomic, truth, yardstick)
+        passed &= ok
+        details = (["deterministic:", *details, "| atomic dQ:", *atomic_details])
     same = all(torch.equal(_bits(a), _bits(b)) for a, b in zip(first[1:], second[1:], strict=True))
     if not same:
-        details.append("two backward runs differ (the backward must be deterministic)")
+        details.append("two deterministic backward runs differ")
     return Check(name, passed and same, "; ".join(details))
 
 
@@ -525,7 +555,8 @@ def _half_input_checks(device) -> list[Check]:
 def backward_half_group(args=None):
     """The fp16/bf16 backward through autograd: every case of _half_cases in both dtypes by
     FlashAttention-2's criterion per gradient (PyTorch's same-dtype autograd as the yardstick),
-    each run twice and bit-identical; bad input; torch.compile(fullgraph=True) in fp16."""
+    in both modes (dQ by atomics; deterministic, run twice and bit-identical); bad input;
+    torch.compile(fullgraph=True) in fp16."""
     device, gen, checks = gpu_group("backward-half", args)
     if device is None:
         return checks, {}
@@ -597,13 +628,16 @@ def backward_half_bench_group(args=None):
                                         f"raised {type(err).__name__}: {str(err).splitlines()[0]}"))
                     continue
 
-                def ours(reps, out=ours_out, leaves=leaves, d_out=d_out, warmup=warmup):
+                def ours(reps, out=ours_out, leaves=leaves, d_out=d_out, warmup=warmup,
+                         deterministic=False):
                     def run():
                         torch.autograd.grad(out, leaves, d_out, retain_graph=True)
 
-                    return time_cuda(run, warmup=warmup, repeats=reps).median_ms
+                    with deterministic_algorithms(deterministic):
+                        return time_cuda(run, warmup=warmup, repeats=reps).median_ms
 
-                timers, refused = {"ours": ours}, {}
+                timers, refused = {"ours": ours,
+                                   "deterministic": functools.partial(ours, deterministic=True)}, {}
                 for peer, backend in backends.items():
                     timer, why = _sdpa_backward_timer(backend, leaves, d_out, causal, warmup)
                     if timer is None:
@@ -614,7 +648,9 @@ def backward_half_bench_group(args=None):
                 flops = 2.5 * attention_flops(b, h, s, s, d, causal)
                 metrics[f"{prefix}.ms"] = ms["ours"]
                 metrics[f"{prefix}.tflops"] = tflops(flops, ms["ours"])
-                detail = [f"ours {ms['ours']:.3f} ms = {tflops(flops, ms['ours']):.1f} TFLOP/s"]
+                metrics[f"{prefix}.deterministic_tflops"] = tflops(flops, ms["deterministic"])
+                detail = [f"ours {ms['ours']:.3f} ms = {tflops(flops, ms['ours']):.1f} TFLOP/s "
+                          f"(deterministic {tflops(flops, ms['deterministic']):.1f})"]
                 for peer in backends:
                     if peer in ms:
                         metrics[f"{prefix}.sdpa_{peer}_tflops"] = tflops(flops, ms[peer])

@@ -41,12 +41,14 @@ std::vector<torch::Tensor> flash_attention_backward_fp32(
     std::optional<torch::Tensor> mask, std::optional<torch::Tensor> key_lengths,
     bool left_padding, std::optional<double> softcap, std::optional<double> scale);
 
-// The same on tensor cores, fp16/bf16 (task4/flash_backward_mma.cu): dq, dk, dv in q's dtype.
+// The same on tensor cores, fp16/bf16 (task4/flash_backward_mma.cu): dq, dk, dv in q's dtype;
+// dQ by atomics (FlashAttention-2's) unless `deterministic` (a separate dQ pass).
 std::vector<torch::Tensor> flash_attention_backward_mma(
     torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor out, torch::Tensor lse,
     torch::Tensor d_out, bool causal, std::optional<int64_t> window, int64_t stride,
     std::optional<torch::Tensor> mask, std::optional<torch::Tensor> key_lengths,
-    bool left_padding, std::optional<double> softcap, std::optional<double> scale);
+    bool left_padding, std::optional<double> softcap, std::optional<double> scale,
+    bool deterministic);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 4: fused FlashAttention-2 forward kernels";
@@ -69,11 +71,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scale") = py::none());
   m.def("flash_attention_backward_mma", &flash_attention_backward_mma,
         "FlashAttention-2 backward, fp16/bf16 tensor cores: (dq, dk, dv) from q, k, v, out, the "
-        "forward's base-2 lse and d_out", py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
-        py::arg("lse"), py::arg("d_out"), py::arg("causal") = false, py::arg("window") = py::none(),
-        py::arg("stride") = 1, py::arg("mask") = py::none(), py::arg("key_lengths") = py::none(),
-        py::arg("left_padding") = false, py::arg("softcap") = py::none(),
-        py::arg("scale") = py::none());
+        "forward's base-2 lse and d_out; deterministic=True: bit-identical gradients (a "
+        "separate dQ pass instead of atomics)", py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("out"), py::arg("lse"), py::arg("d_out"), py::arg("causal") = false,
+        py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
+        py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
+        py::arg("softcap") = py::none(), py::arg("scale") = py::none(),
+        py::arg("deterministic") = false);
   m.def("flash_attention_mma", &flash_attention_mma,
         "FlashAttention-2 forward, fp16/bf16 tensor cores, q/k/v [B, H, S, D]", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("causal") = false, py::arg("out") = py::none(),

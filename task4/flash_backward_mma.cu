@@ -15,26 +15,30 @@
 //               dS = P * (dP - D), dK += dS^T Q * scale, all accumulated in fp32 registers;
 //               dK and dV are summed over the group in those registers (no atomics, no
 //               [B, H_q, S_k, D] buffer to reduce)
-//   dQ          a second kernel owns a tile of queries and walks the key tiles it sees,
-//               recomputing S, P, dP and dS, and accumulates dQ += dS K * scale in registers.
-//
-// Why a separate dQ pass, and what it costs. dQ_i sums over every key tile, and the dK/dV
-// CTAs own different key tiles; FlashAttention-2 adds each CTA's share into a float32 dQ with
-// atomicAdd. The order of those adds changes from run to run, so the gradients are not
-// reproducible bit for bit, and it needs a zeroed fp32 [B, H_q, S_q, D] buffer plus a pass
-// converting it to fp16/bf16. The separate pass is deterministic (bit-identical gradients run
-// to run: issue 33's deterministic mode, here the only mode) and needs neither buffer nor
-// conversion. Its price: it recomputes S = Q K^T and dP = dO V^T, two more tile products on
-// top of the five of FlashAttention-2's backward (7 instead of 5 matrix products, 1.4x the
-// tensor-core FLOPs; the TFLOP/s reported count 2.5 x the forward's FLOPs, FlashAttention's
-// convention, so this work shows up as lower TFLOP/s), and it reads K and V once more per
-// query tile.
+//   dQ          two modes (mma_bwd::launch_backward_mma):
+//               - by atomics (the default; FlashAttention-2's): the dK/dV kernel also writes
+//                 each query tile's dS^T to shared memory, its warps compute dQ[tile] += dS K
+//                 over the CTA's keys and add it into a zeroed float32 [B, H_q, S_q, D] buffer
+//                 with atomicAdd; a last pass scales and converts it to fp16/bf16. 5 tile
+//                 products. The order of the adds changes the last bits from run to run.
+//               - deterministic (under torch.use_deterministic_algorithms(True)): a second
+//                 kernel owns a tile of queries, walks the key tiles it sees, recomputes S, P,
+//                 dP and dS and accumulates dQ += dS K * scale in registers. Bit-identical
+//                 gradients run to run and no float32 buffer, at the price of recomputing
+//                 S = Q K^T and dP = dO V^T: 7 tile products instead of 5 (1.4x the tensor-core
+//                 FLOPs; the TFLOP/s reported count 2.5 x the forward's FLOPs, FlashAttention's
+//                 convention, so this work shows up as lower TFLOP/s), and K and V read once
+//                 more per query tile.
+//               Removing two of seven products bought far less than two sevenths of the time
+//               (results/logs/h100_backward_dq_modes_ab.txt): the dK/dV kernel is bound by the
+//               latency of the shared-memory loads feeding its mma (task4/NOTES.md, "The
+//               backward's speed").
 //
 // Tile shapes and why (flash_backward_mma.cuh: BwdKV*, BwdQ*). A warp owns 16 rows (one m16
 // tile), a CTA 4 warps = 64 rows, so that every product of the backward has the owned rows as
 // its M dimension: P^T and dS^T (dK/dV kernel) and dS (dQ kernel) are fp32 accumulators whose
-// fragment, rounded to 16 bits, is the A operand of the next mma, and P and dS never touch
-// shared memory (the .cuh's top comment lists the products). Registers bind the shapes: the
+// fragment, rounded to 16 bits, is the A operand of the next mma, and P never touches shared
+// memory (dS only for the atomic dQ; the .cuh's top comment lists the products). Registers bind the shapes: the
 // dK/dV kernel holds dK and dV (16 x D each: 2 x D/2 fp32 per thread, 128 at D = 128) plus two
 // score-shaped accumulators S^T and dP^T (16 x kBlockStream: kBlockStream/2 each); with 64
 // streamed queries at D = 128 that is 192 fp32 and ptxas spilled, so D = 128 streams 32 queries
@@ -45,7 +49,9 @@
 // tensor, stride, softcap) also keeps the softcap slope per score in registers.
 // Shared memory: the own tiles (2 x 64 rows) and two stages of the two streamed tiles, in the
 // forward's swizzled 16-bit layout: at D = 128, 64 KB for dK/dV (32 streamed rows) and 96 KB
-// for dQ (64); at D = 64, 48 KB each.
+// for dQ (64); at D = 64, 48 KB each. The atomic dQ adds the dS^T tile (keys x streamed
+// queries, rows padded by 16 bytes against bank conflicts); at D = 128 its CTA owns 128 keys
+// (8 warps, one CTA per SM), which halves the atomics (S_k / 128 adds per dQ element).
 //
 // Head dims: 64 and 128 are instantiated; every multiple of 8 up to 128 runs on the next one
 // with zero-filled columns (the forward's load_tile) that are never written back.
@@ -87,12 +93,13 @@ torch::Tensor half_rows_ready(const torch::Tensor& t) {
 // like q (any strides), lse [B, H_q, S_q] float32, the forward's base-2 log-sum-exp (what
 // flash_attention_mma writes into `lse`), and the forward's variant arguments. Returns
 // {dq, dk, dv}, new contiguous tensors in q's dtype; dk and dv summed over each KV head's
-// query group. Deterministic (no atomics).
+// query group. dQ by atomics, or with `deterministic` by a separate pass (bit-identical runs).
 std::vector<torch::Tensor> flash_attention_backward_mma(
     torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor out, torch::Tensor lse,
     torch::Tensor d_out, bool causal, std::optional<int64_t> window, int64_t stride,
     std::optional<torch::Tensor> mask, std::optional<torch::Tensor> key_lengths,
-    bool left_padding, std::optional<double> softcap, std::optional<double> scale) {
+    bool left_padding, std::optional<double> softcap, std::optional<double> scale,
+    bool deterministic) {
   const int kv_group = attn::check_half_qkv(q, k, v);
   for (const auto& [t, name] : {std::pair<const torch::Tensor&, const char*>{out, "out"},
                                 {d_out, "d_out"}}) {
@@ -152,7 +159,8 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
   // HINT: doa, lse, lse2, delta, dq, dk, dv; their batch/head/row strides; the sizes; scale and
   // HINT: scale_log2 = log2(e) * scale), run the preprocess (ceil(B * H_q * S_q / 8) blocks of 8
   // HINT: warps), then the dK/dV and dQ kernels for q's dtype at head dim 64 or 128
-  // HINT: (mma_bwd::backward_<dtype>_d<64|128>), and check each launch.
+  // HINT: (mma_bwd::backward_<dtype>_d<64|128>, passing `deterministic`; without it they also
+  // HINT: need p.dq_accum: a zeroed float32 [B, H_q, S_q + 64, 64 or 128]), and check each launch.
   p.q = qa.data_ptr();
   p.k = ka.data_ptr();
   p.v = va.data_ptr();
@@ -192,6 +200,20 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
   p.scale = static_cast<float>(scale_value);
   p.scale_log2 = static_cast<float>(1.4426950408889634 * scale_value);
 
+  // The fused dQ's float32 accumulator: head_dim padded to the instantiation (64 or 128), one
+  // streamed tile of rows past S_q (mma_bwd::BwdParams says why), zeroed.
+  torch::Tensor dq_accum;
+  if (!deterministic) {
+    const int64_t padded_dim = head_dim <= 64 ? 64 : 128;
+    dq_accum = torch::zeros({batch, heads, seq_q + 64, padded_dim}, f32);
+    p.dq_accum = dq_accum.data_ptr<float>();
+    p.dq_accum_rows = static_cast<int>(seq_q + 64);
+    p.dq_accum_dim = static_cast<int>(padded_dim);
+  } else {
+    p.dq_accum = nullptr;
+    p.dq_accum_rows = p.dq_accum_dim = 0;
+  }
+
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const bool fp16 = q.scalar_type() == torch::kHalf;
   const int64_t rows = batch * heads * seq_q;
@@ -204,13 +226,16 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
 
   const char* error = nullptr;
   if (head_dim <= 64) {
-    error = fp16 ? mma_bwd::backward_fp16_d64(p, stream) : mma_bwd::backward_bf16_d64(p, stream);
+    error = fp16 ? mma_bwd::backward_fp16_d64(p, deterministic, stream)
+                 : mma_bwd::backward_bf16_d64(p, deterministic, stream);
   } else {
-    error = fp16 ? mma_bwd::backward_fp16_d128(p, stream) : mma_bwd::backward_bf16_d128(p, stream);
+    error = fp16 ? mma_bwd::backward_fp16_d128(p, deterministic, stream)
+                 : mma_bwd::backward_bf16_d128(p, deterministic, stream);
   }
   TORCH_CHECK(error == nullptr, attn::str("flash_attention_backward_mma could not launch: ",
               error ? error : ""));
-  attn::check_launch("flash_backward_dkdv_mma_kernel / flash_backward_dq_mma_kernel");
+  attn::check_launch(deterministic ? "flash_backward_dkdv_mma_kernel / flash_backward_dq_mma_kernel"
+                                   : "flash_backward_dkdv_mma_kernel (fused dQ) / backward_dq_convert_kernel");
   // END SOLUTION
   return {dq, dk, dv};
 }

@@ -77,6 +77,10 @@ struct BwdParams {
   float scale_log2;  // scale * log2(e), as the forward's (its lse was taken with it)
   float scale;       // dK and dQ are scaled by it once, at the end
   attn::MaskParams mask;
+  // The fused (atomic) dQ: [B, H_q, dq_accum_rows, dq_accum_dim] float32, zeroed; rows past
+  // S_q (up to a streamed tile beyond it) and columns past head_dim absorb zeros unguarded.
+  float* dq_accum;
+  int dq_accum_rows, dq_accum_dim;
 };
 
 // One tile shape: kNWarps warps of 16 own rows each, streamed tiles of kBlockStream rows.
@@ -111,6 +115,11 @@ struct BwdSmem {
   static constexpr int lse = stream + 2 * kStageBytes;     // [2][kBlockStream] float
   static constexpr int delta = lse + 2 * Cfg::kBlockStream * 4;
   static constexpr int bytes = delta + 2 * Cfg::kBlockStream * 4 + Smem::kTileAlign;
+  // The fused dQ's dS^T tile, [kBlockOwn keys][kBlockStream queries] 16-bit, each row padded by
+  // 16 bytes so that the eight rows of an ldmatrix (and the stores of a warp) hit distinct banks.
+  static constexpr int kDsRowBytes = Cfg::kBlockStream * 2 + 16;
+  static constexpr int ds = delta + 2 * Cfg::kBlockStream * 4;
+  static constexpr int fused_bytes = ds + Cfg::kBlockOwn * kDsRowBytes + Smem::kTileAlign;
   static __host__ __device__ constexpr uint32_t stream_a(int stage) {
     return static_cast<uint32_t>(stream + stage * kStageBytes);
   }
@@ -272,14 +281,18 @@ __device__ __forceinline__ void probabilities(float (&s)[Cfg::kSTiles][4], const
                                               int lane) {
   const int t2 = 2 * (lane & 3);
 #pragma unroll
-  for (int j = 0; j < Cfg::kSTiles; ++j)
+  for (int j = 0; j < Cfg::kSTiles; ++j) {
+    // The two columns of this lane in n8 tile j, one 8-byte shared-memory load.
+    const float2 cols = kRowsAreKeys ? *reinterpret_cast<const float2*>(col_lse2 + 8 * j + t2)
+                                     : make_float2(0.f, 0.f);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float lse2 = kRowsAreKeys ? col_lse2[8 * j + t2 + e] : row_lse2[h];
+        const float lse2 = kRowsAreKeys ? (e ? cols.y : cols.x) : row_lse2[h];
         s[j][2 * h + e] = exp2_approx(fmaf(s[j][2 * h + e], scale_log2, -lse2));
       }
+  }
 }
 
 // dP becomes dS = P * (dP - D) * slope in place; D of the element's query as lse2 above.
@@ -291,18 +304,21 @@ __device__ __forceinline__ void score_gradients(float (&dp)[Cfg::kSTiles][4],
                                                 const float (&row_delta)[2], int lane) {
   const int t2 = 2 * (lane & 3);
 #pragma unroll
-  for (int j = 0; j < Cfg::kSTiles; ++j)
+  for (int j = 0; j < Cfg::kSTiles; ++j) {
+    const float2 cols = kRowsAreKeys ? *reinterpret_cast<const float2*>(col_delta + 8 * j + t2)
+                                     : make_float2(0.f, 0.f);
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float d = kRowsAreKeys ? col_delta[8 * j + t2 + e] : row_delta[h];
+        const float d = kRowsAreKeys ? (e ? cols.y : cols.x) : row_delta[h];
         float ds = p[j][2 * h + e] * (dp[j][2 * h + e] - d);
         if constexpr (kGeneral) {
           if (capped) ds *= slope[j][2 * h + e];
         }
         dp[j][2 * h + e] = ds;
       }
+  }
 }
 
 // Write this warp's 16 rows of a gradient accumulator times `factor`, in the element type, to
@@ -325,6 +341,142 @@ __device__ __forceinline__ void store_rows(const float (&acc)[Cfg::kDTiles][4], 
         *reinterpret_cast<uint32_t*>(out_row + 8 * j + t2) =
             Ops::pack(acc[j][2 * h] * factor, acc[j][2 * h + 1] * factor);
   }
+}
+
+// The fused dQ (FlashAttention-2's): after dS^T of a query tile, dQ[tile] += dS K over the
+// CTA's keys. dS^T goes through shared memory (each warp holds 16 keys of it, the product sums
+// over all kBlockOwn), the warps split the [kBlockStream, head_dim] product into a
+// kWarpsM x kWarpsN grid of [kRows, kCols] blocks, and each adds its block into the fp32
+// dq_accum with atomics (another CTA's keys add into the same rows).
+template <typename Cfg>
+struct FusedDqSplit {
+  static constexpr int kWarpsN = Cfg::kNWarps < Cfg::kHeadDim / 16 ? Cfg::kNWarps : Cfg::kHeadDim / 16;
+  static constexpr int kWarpsM = Cfg::kNWarps / kWarpsN;
+  static constexpr int kCols = Cfg::kHeadDim / kWarpsN;
+  static constexpr int kRows = Cfg::kBlockStream / kWarpsM;
+  static constexpr int kMTiles = kRows / 16;
+  static constexpr int kNTiles = kCols / 8;
+  static_assert(kWarpsM * kWarpsN == Cfg::kNWarps && kRows % 16 == 0 && kCols % 16 == 0,
+                "the dQ product splits into whole m16 x n16 blocks per warp");
+};
+
+// This warp's 16 rows of dS^T (a score-shaped accumulator, keys x queries), rounded to 16 bits
+// as the dK product's A operand is, into the dS^T tile.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void store_ds_tile(const float (&ds)[Cfg::kSTiles][4],
+                                              unsigned char* ds_tile, int warp, int lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the atomic dQ): write this warp's 16 rows of dS^T, rounded with
+  // HINT: ElementOps<Element>::pack per pair of columns, at row warp * 16 + g + 8h and column
+  // HINT: 8j + 2t of the dS^T tile (rows kDsRowBytes apart).
+  using Ops = ElementOps<Element>;
+  constexpr int kRowBytes = BwdSmem<Cfg>::kDsRowBytes;
+  const int g = lane >> 2;
+  const int t2 = 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < Cfg::kSTiles; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<uint32_t*>(ds_tile + (warp * 16 + g + 8 * h) * kRowBytes +
+                                   (8 * j + t2) * 2) = Ops::pack(ds[j][2 * h], ds[j][2 * h + 1]);
+  // END SOLUTION
+}
+
+// acc = this warp's block of dS K: A = dS (the dS^T tile read with ldmatrix.trans: its rows
+// are the K dimension), B = the own K tile read transposed (rows are the K dimension).
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void dq_block_product(
+    float (&acc)[FusedDqSplit<Cfg>::kMTiles][FusedDqSplit<Cfg>::kNTiles][4], uint32_t ds_tile,
+    uint32_t k_tile, int warp, int lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the atomic dQ): zero acc; per k16 step of the CTA's keys, ldmatrix_x4_trans
+  // HINT: the A fragments of dS (the dS^T tile: keys are rows, this warp's kRows queries the columns)
+  // HINT: and the B fragments of K (BwdLane::trans on the own K tile, pair_step to this warp's
+  // HINT: columns), then mma, as warp_product_nn does.
+  using Split = FusedDqSplit<Cfg>;
+  using Smem = SmemLayout<Cfg::kHeadDim>;
+  constexpr int kRowBytes = BwdSmem<Cfg>::kDsRowBytes;
+  constexpr uint32_t kRows16 = 16 * Smem::kRowBytes;
+  const int block_m = warp / Split::kWarpsN, block_n = warp % Split::kWarpsN;
+#pragma unroll
+  for (int mi = 0; mi < Split::kMTiles; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < Split::kNTiles; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+  // Matrix i = lane / 8 of an A fragment: keys +8 for i >= 2, queries +8 for odd i.
+  const uint32_t a_lane = ds_tile + ((lane & 7) + ((lane >> 4) << 3)) * kRowBytes +
+                          (block_m * Split::kRows + (((lane >> 3) & 1) << 3)) * 2;
+  const uint32_t b_lane = BwdLane<Cfg>::trans(k_tile, lane);
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockOwn / 16; ++kk) {
+    uint32_t a[Split::kMTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < Split::kMTiles; ++mi)
+      ldmatrix_x4_trans(a[mi], a_lane + kk * 16 * kRowBytes + mi * 16 * 2);
+#pragma unroll
+    for (int np = 0; np < Split::kNTiles / 2; ++np) {
+      uint32_t b[4];  // b0 b1 of n8 tile 2np, then of 2np + 1
+      ldmatrix_x4_trans(b, Smem::pair_step(b_lane, block_n * (Split::kCols / 16) + np) +
+                               kk * kRows16);
+#pragma unroll
+      for (int mi = 0; mi < Split::kMTiles; ++mi) {
+        ElementOps<Element>::mma(acc[mi][2 * np], a[mi], b[0], b[1]);
+        ElementOps<Element>::mma(acc[mi][2 * np + 1], a[mi], b[2], b[3]);
+      }
+    }
+  }
+  // END SOLUTION
+}
+
+// Add this warp's block into dq_accum (the query head's [dq_accum_rows, dq_accum_dim] fp32
+// rows; the query tile starts at row q0): pairs of columns, one vector atomic each on sm_90.
+template <typename Cfg>
+__device__ __forceinline__ void add_dq_block(
+    const float (&acc)[FusedDqSplit<Cfg>::kMTiles][FusedDqSplit<Cfg>::kNTiles][4], float* head,
+    int q0, int warp, int lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the atomic dQ): atomicAdd each accumulator pair (row q0 + this warp's
+  // HINT: rows, columns of this warp's block) into the query head's fp32 rows.
+  using Split = FusedDqSplit<Cfg>;
+  const int row0 = q0 + (warp / Split::kWarpsN) * Split::kRows + (lane >> 2);
+  const int col0 = (warp % Split::kWarpsN) * Split::kCols + 2 * (lane & 3);
+#pragma unroll
+  for (int mi = 0; mi < Split::kMTiles; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* row = head + static_cast<int64_t>(row0 + 16 * mi + 8 * h) * Cfg::kHeadDim + col0;
+#pragma unroll
+      for (int ni = 0; ni < Split::kNTiles; ++ni) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        atomicAdd(reinterpret_cast<float2*>(row + 8 * ni),
+                  make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]));
+#else
+        atomicAdd(row + 8 * ni, acc[mi][ni][2 * h]);
+        atomicAdd(row + 8 * ni + 1, acc[mi][ni][2 * h + 1]);
+#endif
+      }
+    }
+  // END SOLUTION
+}
+
+// dQ = dq_accum * scale in the element type: one thread per pair of columns.
+template <typename Element>
+__global__ void backward_dq_convert_kernel(const BwdParams p) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the atomic dQ): dq[row][col..col+1] = dq_accum * scale, packed.
+  const int64_t pairs_per_row = p.head_dim / 2;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
+  if (pair >= rows * pairs_per_row) return;
+  const int64_t row = pair / pairs_per_row;            // (batch * heads + head) * seq_q + query
+  const int col = static_cast<int>(pair % pairs_per_row) * 2;
+  const int64_t head_row = row / p.seq_q, query = row % p.seq_q;
+  const float2 v = *reinterpret_cast<const float2*>(
+      p.dq_accum + (head_row * p.dq_accum_rows + query) * p.dq_accum_dim + col);
+  *reinterpret_cast<uint32_t*>(static_cast<Element*>(p.dq) + row * p.head_dim + col) =
+      ElementOps<Element>::pack(v.x * p.scale, v.y * p.scale);
+  // END SOLUTION
 }
 
 // The CTA's shared memory, its base rounded up to kTileAlign.
@@ -438,7 +590,9 @@ __device__ __forceinline__ void load_query_tile(const BwdParams& p, uint32_t sme
 // dK and dV: grid (key tiles, B * H_kv); a CTA owns kBlockOwn keys of one KV head and walks
 // the query tiles of every query head of its group, so dK and dV are summed over the group in
 // its registers. The next query tile loads while the current one is computed on.
-template <typename Element, typename Cfg, bool kGeneral>
+// kFusedDq: also dQ, FlashAttention-2's way (store_ds_tile, dq_block_product, add_dq_block per
+// query tile: 5 tile products instead of 7, atomics in the order CTAs arrive).
+template <typename Element, typename Cfg, bool kGeneral, bool kFusedDq>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
     flash_backward_dkdv_mma_kernel(const BwdParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -515,7 +669,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSM)
                                   Lane::plain(do_tile, lane));
     score_gradients<Cfg, kGeneral, true>(ds, s, slope, kGeneral && p.mask.softcap > 0.0, col_delta,
                                          no_row_values, lane);
+    // The dS^T tile is free: every warp passed this step's barrier after the last step's dQ.
+    if constexpr (kFusedDq) store_ds_tile<Element, Cfg>(ds, smem_ptr + Layout::ds, warp, lane);
     warp_product_nn<Element, Cfg>(dk, ds, Lane::trans(q_tile, lane));
+    if constexpr (kFusedDq) {
+      __syncthreads();  // every warp's dS^T rows are in the tile
+      float dq[FusedDqSplit<Cfg>::kMTiles][FusedDqSplit<Cfg>::kNTiles][4];
+      dq_block_product<Element, Cfg>(dq, smem + Layout::ds, smem + Layout::own_a, warp, lane);
+      const int head = kv_head * p.kv_group + tile.group;
+      add_dq_block<Cfg>(dq, p.dq_accum + (static_cast<int64_t>(batch) * p.heads + head) *
+                                             p.dq_accum_rows * p.dq_accum_dim,
+                        tile.start, warp, lane);
+    }
     tile = next;
     have = have_next;
   }
@@ -665,19 +830,40 @@ const char* allow_smem(Kernel kernel, int bytes) {
   return nullptr;
 }
 
-// The dK/dV and dQ kernels of one (element type, dK/dV tile, dQ tile) on `stream` (the
-// preprocess has run). Returns an error string, or nullptr.
-template <typename Element, typename CfgKV, typename CfgQ, bool kGeneral>
-const char* launch_backward_mma(const BwdParams& p, cudaStream_t stream) {
-  constexpr int kSmemKV = BwdSmem<CfgKV>::bytes;
-  constexpr int kSmemQ = BwdSmem<CfgQ>::bytes;
-  auto dkdv = flash_backward_dkdv_mma_kernel<Element, CfgKV, kGeneral>;
-  auto dq = flash_backward_dq_mma_kernel<Element, CfgQ, kGeneral>;
-  if (const char* err = allow_smem(dkdv, kSmemKV)) return err;
-  if (const char* err = allow_smem(dq, kSmemQ)) return err;
+// The backward's kernels on `stream` (the preprocess has run): deterministic, the dK/dV kernel
+// (CfgKV) then the dQ kernel (CfgQ); otherwise the fused dK/dV/dQ kernel (CfgFused, dQ by
+// atomics into p.dq_accum, zeroed by the caller) then the conversion of dQ. Returns an error
+// string, or nullptr.
+template <typename Element, typename CfgKV, typename CfgQ, typename CfgFused, bool kGeneral>
+const char* launch_backward_mma(const BwdParams& p, bool deterministic, cudaStream_t stream) {
   const int64_t kv_rows = static_cast<int64_t>(p.batch) * p.kv_heads;
   const int64_t q_rows = static_cast<int64_t>(p.batch) * p.heads;
   if (q_rows > 65535) return "batch * heads exceeds 65535 (gridDim.y); split the batch";
+  if (!deterministic) {
+    static_assert(CfgFused::kHeadDim == CfgKV::kHeadDim, "one head dim per launch");
+    if (p.dq_accum == nullptr || p.dq_accum_dim != CfgFused::kHeadDim ||
+        p.dq_accum_rows < p.seq_q + CfgFused::kBlockStream)
+      return "the fused dQ needs a float32 dq_accum of [B, H_q, S_q + kBlockStream, padded head_dim]";
+    constexpr int kSmem = BwdSmem<CfgFused>::fused_bytes;
+    auto fused = flash_backward_dkdv_mma_kernel<Element, CfgFused, kGeneral, true>;
+    if (const char* err = allow_smem(fused, kSmem)) return err;
+    const dim3 grid((p.seq_k + CfgFused::kBlockOwn - 1) / CfgFused::kBlockOwn,
+                    static_cast<unsigned>(kv_rows));
+    fused<<<grid, CfgFused::kThreads, kSmem, stream>>>(p);
+    if (cudaPeekAtLastError() != cudaSuccess) return "the fused dK/dV/dQ kernel did not launch";
+    const int64_t pairs = q_rows * p.seq_q * (p.head_dim / 2);
+    constexpr int kConvertThreads = 256;
+    backward_dq_convert_kernel<Element>
+        <<<static_cast<unsigned>((pairs + kConvertThreads - 1) / kConvertThreads), kConvertThreads,
+           0, stream>>>(p);
+    return nullptr;
+  }
+  constexpr int kSmemKV = BwdSmem<CfgKV>::bytes;
+  constexpr int kSmemQ = BwdSmem<CfgQ>::bytes;
+  auto dkdv = flash_backward_dkdv_mma_kernel<Element, CfgKV, kGeneral, false>;
+  auto dq = flash_backward_dq_mma_kernel<Element, CfgQ, kGeneral>;
+  if (const char* err = allow_smem(dkdv, kSmemKV)) return err;
+  if (const char* err = allow_smem(dq, kSmemQ)) return err;
   const dim3 kv_grid((p.seq_k + CfgKV::kBlockOwn - 1) / CfgKV::kBlockOwn,
                      static_cast<unsigned>(kv_rows));
   dkdv<<<kv_grid, CfgKV::kThreads, kSmemKV, stream>>>(p);
@@ -702,20 +888,27 @@ using BwdKVD128G = BwdTile<128, 4, 32, 2>;  // general: the softcap slope needs 
 using BwdQD128 = BwdTile<128, 4, 64, 2>;    // dQ: 64 queries x 64 keys per step
 using BwdKVD64 = BwdTile<64, 4, 64, 2>;
 using BwdQD64 = BwdTile<64, 4, 64, 2>;
+// The fused dK/dV/dQ kernel. D = 128: 128 keys per CTA (8 warps), so each query tile's dQ block
+// is added half as often as with 64 (the atomics' traffic is S_k / kBlockOwn x the size of dQ);
+// D = 64: the dK/dV tile (2 CTAs of 4 warps per SM), which measured faster there than 8 warps
+// (results/logs/h100_backward_dq_modes_ab.txt).
+using BwdFusedD128 = BwdTile<128, 8, 32, 1>;
+using BwdFusedD64 = BwdTile<64, 4, 64, 2>;
 
 // One entry per (element type, head dim), defined in flash_backward_mma_<dtype>.cu; `general`
 // picks the instantiation for patterns beyond causal and softcap (p.mask.general()).
-const char* backward_fp16_d64(const BwdParams& p, cudaStream_t stream);
-const char* backward_fp16_d128(const BwdParams& p, cudaStream_t stream);
-const char* backward_bf16_d64(const BwdParams& p, cudaStream_t stream);
-const char* backward_bf16_d128(const BwdParams& p, cudaStream_t stream);
+const char* backward_fp16_d64(const BwdParams& p, bool deterministic, cudaStream_t stream);
+const char* backward_fp16_d128(const BwdParams& p, bool deterministic, cudaStream_t stream);
+const char* backward_bf16_d64(const BwdParams& p, bool deterministic, cudaStream_t stream);
+const char* backward_bf16_d128(const BwdParams& p, bool deterministic, cudaStream_t stream);
 void preprocess_fp16(const BwdParams& p, int64_t blocks, cudaStream_t stream);
 void preprocess_bf16(const BwdParams& p, int64_t blocks, cudaStream_t stream);
 
-template <typename Element, typename CfgKV, typename CfgKVG, typename CfgQ>
-const char* run_backward(const BwdParams& p, cudaStream_t stream) {
-  if (p.mask.general()) return launch_backward_mma<Element, CfgKVG, CfgQ, true>(p, stream);
-  return launch_backward_mma<Element, CfgKV, CfgQ, false>(p, stream);
+template <typename Element, typename CfgKV, typename CfgKVG, typename CfgQ, typename CfgFused>
+const char* run_backward(const BwdParams& p, bool deterministic, cudaStream_t stream) {
+  if (p.mask.general())
+    return launch_backward_mma<Element, CfgKVG, CfgQ, CfgFused, true>(p, deterministic, stream);
+  return launch_backward_mma<Element, CfgKV, CfgQ, CfgFused, false>(p, deterministic, stream);
 }
 
 }  // namespace mma_bwd

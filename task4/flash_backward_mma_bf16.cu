@@ -8,12 +8,13 @@
 
 namespace mma_bwd {
 
-const char* backward_bf16_d64(const BwdParams& p, cudaStream_t stream) {
-  return run_backward<__nv_bfloat16, BwdKVD64, BwdKVD64, BwdQD64>(p, stream);
+const char* backward_bf16_d64(const BwdParams& p, bool deterministic, cudaStream_t stream) {
+  return run_backward<__nv_bfloat16, BwdKVD64, BwdKVD64, BwdQD64, BwdFusedD64>(p, deterministic, stream);
 }
 
-const char* backward_bf16_d128(const BwdParams& p, cudaStream_t stream) {
-  return run_backward<__nv_bfloat16, BwdKVD128, BwdKVD128G, BwdQD128>(p, stream);
+const char* backward_bf16_d128(const BwdParams& p, bool deterministic, cudaStream_t stream) {
+  return run_backward<__nv_bfloat16, BwdKVD128, BwdKVD128G, BwdQD128, BwdFusedD128>(
+      p, deterministic, stream);
 }
 
 void preprocess_bf16(const BwdParams& p, int64_t blocks, cudaStream_t stream) {

@@ -32,7 +32,7 @@ class BackwardExtension:
     what task 3 takes (causal, GQA, S_q != S_k, softcap, scale) and records every call."""
 
     def __init__(self):
-        self.calls: list[tuple[str, bool]] = []   # (entry, whether an lse was asked for)
+        self.calls: list[tuple[str, bool]] = []   # (entry, lse asked for / deterministic)
 
     @staticmethod
     def _task3_settings(window, stride, mask, key_lengths, left_padding, sinks=None):
@@ -77,13 +77,14 @@ class BackwardExtension:
                                              scale=scale, softcap=softcap))
 
     def flash_attention_backward_mma(self, q, k, v, out, lse, d_out, causal, window, stride,
-                                     mask, key_lengths, left_padding, softcap, scale):
+                                     mask, key_lengths, left_padding, softcap, scale,
+                                     deterministic):
         # The tensor-core backward takes fp16/bf16 in and gives gradients in the same dtype;
         # the stand-in computes them in float32 (task 3's tiles) and rounds.
         assert q.dtype in (torch.float16, torch.bfloat16) and lse.dtype == torch.float32
         assert all(t.dtype == q.dtype for t in (k, v, out, d_out))
         self._task3_settings(window, stride, mask, key_lengths, left_padding)
-        self.calls.append(("backward_mma", True))
+        self.calls.append(("backward_mma", deterministic))
         natural = (lse / LOG2E).float()
         grads = flash_attention_backward(q.float(), k.float(), v.float(), out.float(), natural,
                                          d_out.float(), causal, 16, 16, scale=scale,
@@ -130,7 +131,8 @@ def test_gradients_reach_q_k_v_through_the_operators(fake_ext, dtype, settings, 
         passed, err, bound = fa2_criterion(mine, ref, pt)
         assert passed, f"{name}: {err:.2e} > {bound:.2e}"
     entry, backward = ("fp32", "backward") if dtype == torch.float32 else ("mma", "backward_mma")
-    assert fake_ext.calls == [(entry, True), (backward, True)]
+    # the fp32 backward's flag is always True; backward_mma's is `deterministic` (off here)
+    assert fake_ext.calls == [(entry, True), (backward, dtype == torch.float32)]
 
 
 def test_the_formula_is_the_repositorys_truth():
@@ -251,6 +253,21 @@ def test_half_inputs_run_the_tensor_core_backward_in_their_dtype(fake_ext, monke
         assert seen[-1] == (dtype,) * 5 + (torch.float32,)
         assert all(g.dtype == dtype for g in grads)
     assert len(seen) == 2
+
+
+def test_deterministic_algorithms_pick_the_tensor_core_backwards_dq_pass(fake_ext):
+    """The fp16/bf16 backward adds dQ with atomics unless torch.use_deterministic_algorithms is
+    on, read at each backward (not at import or at the forward)."""
+    (q, k, v), d_out = _inputs(dtype=torch.float16)
+    was, warn_only = (torch.are_deterministic_algorithms_enabled(),
+                      torch.is_deterministic_algorithms_warn_only_enabled())
+    try:
+        for on in (False, True, False):
+            torch.use_deterministic_algorithms(on, warn_only=True)
+            _ours(q, k, v, d_out, causal=True)
+            assert fake_ext.calls[-1] == ("backward_mma", on)
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
 
 
 def test_groups_are_in_task4_test():
