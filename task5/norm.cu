@@ -119,6 +119,15 @@ __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ resid
   attn::wait_for_previous_kernel();  // x and residual come from the kernel before
   attn::let_next_kernel_start();
   const int64_t row_start = static_cast<int64_t>(blockIdx.x) * hidden;
+  // LayerNorm sums h - shift, shift = the row's first h (every thread reads it; one cached
+  // load): rows with a large common offset (h = 300 + noise) then sum small deviations, and
+  // h - shift is exact near the offset, so the mean loses no digits to the offset (summed raw, its fp32
+  // rounding alone was 4x PyTorch's Welford error).
+  float shift = 0.0f;
+  if constexpr (!kRms) {
+    shift = to_float(x[row_start]);
+    if (residual != nullptr) shift += to_float(residual[row_start]);
+  }
 
   // Load the row (and add the residual): piece p of this thread is threadIdx.x + p * blockDim.x.
   Piece<T> h[kMaxPiecesPerThread];
@@ -138,13 +147,13 @@ __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ resid
       h[p].store(residual_out + at);
     }
 #pragma unroll
-    for (int i = 0; i < kElems; ++i) sum += kRms ? h[p].v[i] * h[p].v[i] : h[p].v[i];
+    for (int i = 0; i < kElems; ++i) sum += kRms ? h[p].v[i] * h[p].v[i] : h[p].v[i] - shift;
   }
 
-  // The statistics: RMSNorm's mean square, or LayerNorm's mean and then its variance from
-  // the deviations (the registers still hold the row).
+  // The statistics: RMSNorm's mean square, or LayerNorm's mean (as mean - shift) and then its
+  // variance from the deviations (the registers still hold the row).
   const float inv_hidden = 1.0f / static_cast<float>(hidden);
-  float mean = 0.0f, rstd;
+  float mean = 0.0f, rstd;  // LayerNorm: mean - shift
   if constexpr (kRms) {
     rstd = rsqrtf(block_sum(sum, scratch) * inv_hidden + eps);
   } else {
@@ -155,7 +164,7 @@ __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ resid
       if (threadIdx.x + p * blockDim.x >= pieces) break;
 #pragma unroll
       for (int i = 0; i < kElems; ++i) {
-        const float d = h[p].v[i] - mean;
+        const float d = (h[p].v[i] - shift) - mean;
         squares += d * d;
       }
     }
@@ -173,8 +182,8 @@ __global__ void norm_kernel(const T* __restrict__ x, const T* __restrict__ resid
     if (bias != nullptr) b.load(bias + column);
 #pragma unroll
     for (int i = 0; i < kElems; ++i) {
-      const float shift = bias != nullptr ? b.v[i] : 0.0f;
-      h[p].v[i] = (h[p].v[i] - mean) * rstd * w.v[i] + shift;
+      const float bias_i = bias != nullptr ? b.v[i] : 0.0f;
+      h[p].v[i] = ((h[p].v[i] - shift) - mean) * rstd * w.v[i] + bias_i;
     }
     h[p].store(out + row_start + column);
   }
