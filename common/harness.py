@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,7 +242,9 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
     all_checks: list[Check] = []
     metrics: dict[str, float] = {}
     texts: dict[str, str] = {}
+    seconds: dict[str, float] = {}   # each group's wall time, printed after the report
     for g in chosen:
+        started = time.perf_counter()
         try:
             result = groups[g](args)
         except BuildError as err:
@@ -252,15 +255,21 @@ def task_main(task: str, groups: dict[str, Callable[[argparse.Namespace], tuple[
             # The student skeleton: a missing solution is a failed check, not a crash.
             all_checks.append(Check(g, False, f"not implemented: {err}"))
             continue
+        finally:
+            seconds[g] = time.perf_counter() - started
         checks, found = result[0], result[1]
         all_checks += checks
         metrics.update(found)
         if len(result) > 2:
             texts.update(result[2])
     code = report(f"{task}: {', '.join(chosen)}", all_checks)
+    if len(seconds) > 1:
+        print(f"[{task}] seconds per group: "
+              + ", ".join(f"{g} {t:.1f}" for g, t in seconds.items()))
     if args.json:
         args.json.write_text(json.dumps({
             "task": task, "groups": chosen, "exit_code": code, "metrics": metrics, "texts": texts,
+            "group_seconds": seconds,
             "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail, "target": c.target}
                        for c in all_checks],
         }, indent=1) + "\n")
