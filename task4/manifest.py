@@ -164,14 +164,18 @@ BACKWARD_HALF_SECTION = Section(
            "--backward-half-bench`): the backward alone, the forward's output and lse saved; "
            "TFLOP/s = 2.5 x the forward's 4·B·H·S²·D (halved when causal) / time; ratio = SDPA's "
            "time / ours (> 1 means faster), SDPA pinned to FLASH_ATTENTION (FlashAttention-2's "
-           "backward) and to CUDNN_ATTENTION, same dtype, alternating rounds in one process. Our "
-           "dQ is a separate deterministic pass (7 tile products where FlashAttention-2's "
-           "atomics need 5), which the 2.5x convention does not count. Correctness of every "
-           "variant: `python -m task4.test --backward-half`.",),
-    blocks=(Table(("dtype", "shape", "mask", "ours TFLOP/s", "SDPA flash TFLOP/s", "vs flash",
-                   "SDPA cuDNN TFLOP/s", "vs cuDNN"),
+           "backward) and to CUDNN_ATTENTION, same dtype, alternating rounds in one process. "
+           "\"ours\" adds dQ with atomics, as FlashAttention-2 does (5 tile products); "
+           "\"deterministic\" is the mode `torch.use_deterministic_algorithms(True)` selects, a "
+           "separate dQ pass (7 tile products, which the 2.5x convention does not count) with "
+           "bit-identical gradients. Correctness of every variant in both modes: "
+           "`python -m task4.test --backward-half`.",),
+    blocks=(Table(("dtype", "shape", "mask", "ours TFLOP/s", "deterministic TFLOP/s",
+                   "SDPA flash TFLOP/s", "vs flash", "SDPA cuDNN TFLOP/s", "vs cuDNN"),
                   tuple(Row((dtype, shape, mask,
                              Metric(f"{backward_prefix(dtype, shape, mask)}.tflops", "{:.1f}"),
+                             Metric(f"{backward_prefix(dtype, shape, mask)}.deterministic_tflops",
+                                    "{:.1f}"),
                              Metric(f"{backward_prefix(dtype, shape, mask)}.sdpa_flash_tflops",
                                     "{:.1f}"),
                              Metric(f"{backward_prefix(dtype, shape, mask)}.ratio_vs_sdpa_flash",
