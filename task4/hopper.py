@@ -58,7 +58,17 @@ def is_written() -> bool:
 def available() -> bool:
     """True on a CUDA GPU of compute capability 9.0 (H100, H200), where sm_90a code runs."""
     try:
-        return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+        return torch.cuda.is_available() and is_sm90(torch.cuda.current_device())
+    except (RuntimeError, AssertionError):
+        return False
+
+
+@lru_cache(maxsize=None)
+def is_sm90(device_index: int) -> bool:
+    """Whether CUDA device `device_index` is compute capability 9.0; asked once per device
+    (flash_attention asks on every call, and torch's query costs microseconds each time)."""
+    try:
+        return torch.cuda.get_device_capability(device_index) == (9, 0)
     except (RuntimeError, AssertionError):
         return False
 
@@ -151,9 +161,9 @@ def supports(q, k, v, out=None, *, stride: int = 1, mask=None) -> bool:
     lengths, mask tensors (bool or additive, on q's device), softcap, sinks and a scale are
     taken; a stride (a per-key predicate) is not; then the dtype, head_dim, the GPU and the
     strides decide."""
-    if not available() or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or not q.is_cuda:
         return False
-    if q.dtype not in HALF_DTYPES or stride != 1:
+    if q.dtype not in HALF_DTYPES or stride != 1 or not is_sm90(q.device.index):
         return False
     if mask is not None and (not isinstance(mask, torch.Tensor) or mask.device != q.device):
         return False
