@@ -41,8 +41,7 @@ from common.build import BuildError, call_extension, compile_main
 from task4.manifest import HOPPER_VERSIONS, hopper_takes_head_dim
 
 NAME = "custom_flash_attention_hopper"
-SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu",
-           "task4/flash_attention_hopper_fp16.cu", "task4/flash_attention_hopper_bf16.cu"]
+SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu"]
 ARCH = "9.0a"  # torch turns "9.0a" into -gencode=arch=compute_90a,code=sm_90a
 VERSIONS = HOPPER_VERSIONS
 takes_head_dim = hopper_takes_head_dim  # (version, head_dim) -> bool: v6 is head_dim 64 only

@@ -12,10 +12,8 @@ from common.build import compile_main, load_extension
 
 NAME = "custom_flash_attention_decode"
 SOURCES = ["task5/binding.cpp", "task5/decode.cu", "task5/decode_grouped.cu",
-           "task5/decode_grouped_fp32.cu", "task5/decode_grouped_fp16.cu",
-           "task5/decode_grouped_bf16.cu", "task5/decode_gqa.cu", "task5/decode_paged.cu",
-           "task5/decode_linear.cu", "task5/decode_linear_fp32.cu", "task5/decode_linear_fp16.cu",
-           "task5/decode_linear_bf16.cu", "task5/norm.cu", "task5/rope_append.cu"]
+           "task5/decode_gqa.cu", "task5/decode_paged.cu", "task5/decode_linear.cu", "task5/norm.cu",
+           "task5/rope_append.cu"]
 
 
 @lru_cache(maxsize=1)

@@ -1,7 +1,7 @@
 """Task 4+: the Hopper kernel (task4/flash_attention_hopper.cu, task4/hopper.py).
 
-CPU: the kernel files (one per element type) compile device side for sm_90a (wgmma, setmaxnreg
-need the "a" target) through ptxas, every instantiation without local-memory spills and without ptxas giving up on
+CPU: the kernel file compiles device side for sm_90a (wgmma, setmaxnreg need the "a" target)
+through ptxas, every instantiation without local-memory spills and without ptxas giving up on
 wgmma pipelining or setmaxnreg; the Python module imports and says unavailable off Hopper.
 GPU (compute capability 9.0 only): every version against float64 by FlashAttention-2's
 criterion on small shapes that are not tile multiples, causal and not, GQA, Sq != Sk,
@@ -22,9 +22,7 @@ from common import build
 from common.tools import compile_check
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The kernels are instantiated one element type per file (task4/hopper.py's SOURCES).
-KERNEL_SOURCES = [REPO_ROOT / "task4" / f"flash_attention_hopper_{dtype}.cu"
-                  for dtype in ("fp16", "bf16")]
+SOURCE = REPO_ROOT / "task4" / "flash_attention_hopper.cu"
 # 2 dtypes x (head_dim 64: v1-v6, 128: v1-v5) dense, + 2 dtypes x 2 head dims x (v2, v5) with
 # the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the softcap.
 EXPECTED_KERNELS = 22 + 8 + 4
@@ -41,16 +39,13 @@ def _need_nvcc() -> str:
 
 @pytest.fixture(scope="module")
 def ptxas_report() -> str:
-    """The kernel files' device-side compiles for sm_90a with ptxas -v, as CI's compile check
-    runs them (their `// compile_check: arch sm_90a` line): one compile per file and process,
-    shared with it."""
+    """The file's device-side compile for sm_90a with ptxas -v, as CI's compile check runs it
+    (its `// compile_check: arch sm_90a` line): one compile per process, shared with it."""
     _need_nvcc()
-    assert all(compile_check.declared_arch(source) == "90a" for source in KERNEL_SOURCES)
-    outputs = []
-    for source, (ok, output) in compile_check.compile_all(KERNEL_SOURCES, device_only=True).items():
-        assert ok, f"{source.name} does not compile for sm_90a:\n{output[-4000:]}"
-        outputs.append(output)
-    return "\n".join(outputs)
+    assert compile_check.declared_arch(SOURCE) == "90a"
+    ok, output = compile_check.compile_one(SOURCE, device_only=True)
+    assert ok, f"{SOURCE.name} does not compile for sm_90a:\n{output[-4000:]}"
+    return output
 
 
 def _kernels(report: str) -> dict[str, str]:
@@ -62,11 +57,18 @@ def _kernels(report: str) -> dict[str, str]:
     return found
 
 
+def _is_skeleton() -> bool:
+    """The student release stubs the host dispatch, so no kernel is instantiated there."""
+    from task4 import hopper
+
+    return not hopper.is_written()
+
+
 @pytest.mark.slow
 def test_every_instantiation_compiles_for_sm90a_without_spills(ptxas_report):
-    # The student release stubs the kernels' bodies, not the files that instantiate them.
     kernels = _kernels(ptxas_report)
-    assert len(kernels) == EXPECTED_KERNELS, f"expected {EXPECTED_KERNELS}:\n{ptxas_report[-3000:]}"
+    expected = 0 if _is_skeleton() else EXPECTED_KERNELS
+    assert len(kernels) == expected, f"expected {expected} kernels:\n{ptxas_report[-3000:]}"
     for name, props in kernels.items():
         assert "0 bytes spill stores, 0 bytes spill loads" in props, f"{name} spills: {props}"
         assert "0 bytes stack frame" in props, f"{name} uses local memory: {props}"
