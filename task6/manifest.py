@@ -126,9 +126,31 @@ TRAIN_SECTION = Section(
                         for m in TRAIN_MODELS for d in TRAIN_DTYPES)),),
     sources=("task6.train", "task7.hf.train"), where="beyond")
 
+# Issue 32: the course model with grouped-query attention (32 query heads, 8 KV heads), bf16
+# (task6/test.py's gqa-course group; not in the main job: `python -m pytest` and
+# `run_all --everything` run it).
+GQA_CONFIG = "gqa"
+GQA_SECTION = Section(
+    "Task 6 with grouped-query attention (32 query heads, 8 KV heads), bf16",
+    intro=("The course model (B 4, prompt 1024, hidden 4096, 24 layers, vocab 8192, 100 greedy "
+           "tokens) with 8 KV heads shared by its 32 query heads, decoding on task 5's "
+           "grouped-query kernel (`python -m task6.test --gqa-course`). The KV cache is a quarter "
+           "of the course model's, so the weights dominate what a decode step must read; the "
+           "target is TBT <= 1.10 x the time to read the weights and the KV cache once.",),
+    blocks=(Table(("dtype", "TTFT (ms)", "TBT (ms)", "TBT / weights + KV read time",
+                   "TBT: PyTorch path / ours"),
+                  (Row(("bf16", Metric(course_metric("bf16", TTFT_MS, GQA_CONFIG), "{:.1f}"),
+                        Metric(course_metric("bf16", TBT_MS, GQA_CONFIG)),
+                        Metric(course_metric("bf16", TBT_OVER_BYTES, GQA_CONFIG), suffix="x"),
+                        Metric(course_metric("bf16", "speedup_vs_torch_path.tbt", GQA_CONFIG),
+                               suffix="x")),
+                       when=course_metric("bf16", TBT_MS, GQA_CONFIG)),)),),
+    sources=("task6.gqa.",), where="beyond")
+
 MANIFEST = TaskManifest(
     task=6, points=3, needs_gpu=True, parts=(Part(("correctness", "course"), 3, ("--dtype", "fp32")),),
+    everything_groups=("gqa-course",),
     shown=(Metric(course_metric("fp32", TTFT_MS), "{:.1f}", " ms", label="TTFT"),
            Metric(course_metric("fp32", TBT_MS), "{:.2f}", " ms", label="TBT")),
-    sections=(SECTION, TRAIN_SECTION),
+    sections=(SECTION, GQA_SECTION, TRAIN_SECTION),
     cpu_note="it runs on the kernels of tasks 4 and 5")

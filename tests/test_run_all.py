@@ -35,6 +35,8 @@ def test_a_gpu_plan_builds_side_by_side_first_and_benches_only_with_everything()
     # The main job leaves task 4's backward benchmarks to --everything (pytest runs them too).
     task4 = next(s for s in plan if s.name == "task4.test")
     assert task4.module_args[-2:] == ["--skip", "backward-bench,backward-half-bench"]
+    task6 = next(s for s in plan if s.name == "task6.test")
+    assert task6.module_args[-2:] == ["--skip", "gqa-course"]
     plan, _ = run_all.steps([1, 2, 3, 4, 5, 6, 7], bench=True, gpu=True)
     assert [s.name for s in plan][-2:] == ["common.tools.bench", "common.tools.report"]
     assert "--skip" not in next(s for s in plan if s.name == "task4.test").module_args

@@ -61,6 +61,16 @@ def test_task6_course():
     assert_checks(checks)
 
 
+@pytest.mark.timed
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_task6_gqa_course():
+    """Issue 32's GQA configuration (not in the main job: run here and by run_all --everything)."""
+    checks, metrics = task6_test.gqa_course_group()
+    assert_checks(checks)
+    assert "task6.gqa.bf16.tbt_over_bytes_roofline" in metrics
+
+
 # --- RoPE ---------------------------------------------------------------------------------------
 
 def test_rope_matches_the_textbook_rotate_half_form():

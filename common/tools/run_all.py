@@ -14,7 +14,8 @@ output streaming live:
   bench     only with --everything: the benchmark sweep that draws the plots of Results.md
             (common.tools.bench; minutes of timing, and it checks nothing the tests do not),
             the training run (task6.train), and the task tests' benchmark groups that the
-            main job leaves out (each manifest's everything_groups: task 4's backward benches);
+            main job leaves out (each manifest's everything_groups: task 4's backward benches,
+            task 6's grouped-query model);
   train     only with --everything: task 6's model and GPT-2 trained on our forward and
             backward kernels beside SDPA (task6.train: the loss gap, step times, the curves);
   report    renders Results.md from results/<gpu>.json, where every test recorded its figures.
