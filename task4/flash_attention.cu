@@ -70,7 +70,7 @@
 #include <string>
 
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "attention_mask_host.cuh"
 #include "fp32_tiles.cuh"
 
 namespace {

@@ -110,8 +110,9 @@
 #include <vector>
 
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "attention_mask_host.cuh"
 #include "flash_attention_mma.cuh"  // mma_attn::Params, ElementOps::pack, exp2_approx, cp.async
+#include "flash_attention_mma_host.cuh"  // set_problem, set_lse
 
 // wgmma and setmaxnreg exist only on sm_90a ("arch-specific" features). A plain sm_90 pass
 // (CI's compile check) compiles the kernels' bodies away; the host refuses to launch them

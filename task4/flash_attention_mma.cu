@@ -50,8 +50,9 @@
 #include <string>
 
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "attention_mask_host.cuh"
 #include "flash_attention_mma.cuh"
+#include "flash_attention_mma_host.cuh"
 
 namespace {
 

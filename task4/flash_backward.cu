@@ -64,7 +64,7 @@
 #include <vector>
 
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "attention_mask_host.cuh"
 #include "fp32_tiles.cuh"
 
 namespace {

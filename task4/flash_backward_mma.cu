@@ -73,7 +73,7 @@
 #include <vector>
 
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "attention_mask_host.cuh"
 #include "flash_backward_mma.cuh"
 
 namespace {

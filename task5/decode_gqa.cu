@@ -89,7 +89,7 @@
 // shared-memory layout (SmemLayout): task 4's tensor-core kernel, shared rather than copied.
 #include "../task4/flash_attention_mma.cuh"
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "attention_mask_host.cuh"
 #include "decode_common.cuh"
 #include "decode_paged.cuh"
 

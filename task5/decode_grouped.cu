@@ -45,7 +45,7 @@
 #include <type_traits>
 
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "attention_mask_host.cuh"
 #include "decode_common.cuh"
 
 // The block shape, packs, Score<T>, the merge of split results and the layout checks.

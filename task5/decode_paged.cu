@@ -34,7 +34,7 @@
 #include <utility>
 
 #include "attention_checks.cuh"
-#include "attention_mask.cuh"
+#include "attention_mask_host.cuh"
 #include "decode_common.cuh"
 #include "decode_paged.cuh"
 
