@@ -31,8 +31,9 @@ Groups:
              float64 by FlashAttention-2's criterion for every variant, deterministic, and timed
              against SDPA's fp32 backward (task4/backward_checks.py says what each checks)
   backward-half-small, backward-half, backward-half-bench
-             the same for the fp16/bf16 tensor-core backward (task4/flash_backward_mma.cu),
-             timed against SDPA's FLASH and cuDNN backwards
+             the same for the fp16/bf16 tensor-core backward (task4/flash_backward_mma.cu) in
+             both dQ modes (atomics, the default; deterministic, bit-identical), timed
+             against SDPA's FLASH and cuDNN backwards
 
 Every kernel output is NaN-poisoned before the kernel runs (an element it forgets to write
 shows up), each kernel runs twice on the same input and must match bit for bit (a
