@@ -477,9 +477,11 @@ def decode_weight_bytes(model: customModel) -> int:
 
 def decode_kv_bytes(cfg: Config, element_size: int) -> float:
     """Mean KV-cache bytes a decode step reads: the step feeding position P + i - 1 reads K and
-    V of P + i tokens in every layer, i = 1 .. new - 1 (mean P + new / 2)."""
+    V of P + i tokens in every layer, i = 1 .. new - 1 (mean P + new / 2), each token's K and V
+    being kv_heads x head_dim wide (hidden without grouped-query attention)."""
     mean_len = cfg.prompt + cfg.new_tokens / 2
-    return 2.0 * cfg.layers * cfg.batch * mean_len * cfg.hidden * element_size
+    kv_width = cfg.hidden * (cfg.kv_heads or cfg.heads) // cfg.heads
+    return 2.0 * cfg.layers * cfg.batch * mean_len * kv_width * element_size
 
 
 def prefill_flops(model: customModel, batch: int, prompt: int) -> float:

@@ -71,6 +71,16 @@ def test_task6_gqa_course():
     assert "task6.gqa.bf16.tbt_over_bytes_roofline" in metrics
 
 
+def test_the_kv_bytes_roofline_counts_the_kv_heads():
+    """A decode step of the GQA model reads K and V of 8 heads, not 32: a quarter of the course
+    model's cache bytes (the roofline task6.gqa.bf16.tbt_over_bytes_roofline divides by)."""
+    gqa, mha = task6_test.GQA_COURSE, task6_test.COURSE
+    assert gqa.kv_heads == 8 and gqa.heads == 32 and gqa.hidden == mha.hidden
+    assert task6_test.decode_kv_bytes(gqa, 2) * 4 == task6_test.decode_kv_bytes(mha, 2)
+    assert task6_test.decode_kv_bytes(mha, 2) == (
+        2.0 * mha.layers * mha.batch * (mha.prompt + mha.new_tokens / 2) * mha.hidden * 2)
+
+
 # --- RoPE ---------------------------------------------------------------------------------------
 
 def test_rope_matches_the_textbook_rotate_half_form():
