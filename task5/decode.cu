@@ -53,7 +53,7 @@
 // The other decode ideas have their own files (decode_common.cuh lists them and holds what
 // they share: the block shape, 16-byte packs, Score<T>): decode_grouped.cu, the grouped-query
 // decode with every attention variant on CUDA cores; decode_gqa.cu, the grouped-query decode
-// on tensor cores; decode_paged.cu (not written yet), the paged KV cache.
+// on tensor cores; decode_paged.cu, the same decode through a paged KV cache's block table.
 //
 // Measured speed (GB/s, the fraction of copy bandwidth, against SDPA, as CUDA-graph replays
 // at short contexts): python -m task5.test --decode; Results.md ("Decode kernel", "Decode at
