@@ -90,27 +90,55 @@ def check_version(version: int) -> list[list]:
     return rows
 
 
+def _sanitizer_variants(b: int, hq: int, sq: int, sk: int) -> dict[str, dict]:
+    """The variant arguments the general instantiations take, one small case each: a window,
+    left-padded key lengths, a block-sparse bool mask (its per-tile summary kernel too), a
+    softcap (its own instantiation) and sinks."""
+    lengths = torch.tensor([sk - 37] + [sk] * (b - 1), dtype=torch.int32, device="cuda")
+    keep = torch.rand(b, 1, sq, sk, device="cuda") < 0.7
+    keep[..., :, : sk // 3] = False            # whole tiles dropped: the summary skips them
+    return {"window": dict(causal=True, window=50),
+            "left-padded key lengths": dict(causal=True, key_lengths=lengths, left_padding=True),
+            "bool mask": dict(mask=keep),
+            "softcap": dict(causal=True, softcap=5.0),
+            "sinks": dict(causal=True, sinks=torch.randn(hq, device="cuda"))}
+
+
 def sanitizer_cases(versions: list[int]) -> None:
     """Small launches of each version for compute-sanitizer (memcheck, racecheck, synccheck):
     fp16/bf16, head_dim 64/128, both masks, S 130 (not a tile multiple) and GQA with S_q 70 <
-    S_k 300; each checked loosely against common.variants' float64 reference (matmuls, no
-    SDPA kernel of PyTorch's under the sanitizer)."""
+    S_k 300, then for the versions flash_attention routes variants to (hopper.ROUTING_VERSIONS)
+    the general instantiations: a window, left-padded key lengths, a bool mask tensor, a softcap
+    and sinks (_sanitizer_variants); each checked loosely against common.variants' float64
+    reference (matmuls, no SDPA kernel of PyTorch's under the sanitizer). `python -m
+    common.tools.sanitize --tasks 4` runs it on a compute capability 9.0 GPU."""
     from common.variants import Variant, reference_attention_variant
     from task4 import hopper
+
+    def check(version, q, k, v, fields, what):
+        out = hopper.flash_attention_hopper(q, k, v, fields.get("causal", False), version,
+                                            **{n: x for n, x in fields.items() if n != "causal"})
+        ref = reference_attention_variant(q, k, v, Variant(**fields))
+        err = (out.double() - ref).abs().max().item()
+        assert err < 2e-2, (version, what, q.dtype, tuple(q.shape), tuple(k.shape), err)
 
     for version in versions:
         for dtype in DTYPES.values():
             for d in (64, 128):
-                for causal in (False, True):
-                    if not hopper.takes_head_dim(version, d):
-                        continue
-                    for (b, hq, hkv, sq, sk) in ((1, 2, 2, 130, 130), (1, 4, 2, 70, 300)):
-                        q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype)
-                        k, v = (torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype) for _ in range(2))
-                        out = hopper.flash_attention_hopper(q, k, v, causal, version)
-                        ref = reference_attention_variant(q, k, v, Variant(causal=causal))
-                        err = (out.double() - ref).abs().max().item()
-                        assert err < 2e-2, (version, dtype, d, causal, b, hq, hkv, sq, sk, err)
+                if not hopper.takes_head_dim(version, d):
+                    continue
+                for (b, hq, hkv, sq, sk) in ((1, 2, 2, 130, 130), (1, 4, 2, 70, 300)):
+                    q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype)
+                    k, v = (torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype) for _ in range(2))
+                    for causal in (False, True):
+                        check(version, q, k, v, dict(causal=causal), "dense")
+                if version not in hopper.ROUTING_VERSIONS:
+                    continue
+                b, hq, hkv, sq, sk = 2, 4, 2, 70, 300
+                q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype)
+                k, v = (torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype) for _ in range(2))
+                for what, fields in _sanitizer_variants(b, hq, sq, sk).items():
+                    check(version, q, k, v, fields, what)
         torch.cuda.synchronize()
         print(f"version {version} ok", flush=True)
 

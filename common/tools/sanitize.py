@@ -4,7 +4,9 @@
     python -m common.tools.sanitize --tasks 4 --tools memcheck,racecheck,synccheck
 
 Each task's `small` group (tiny shapes, every dtype and mask, no timing), and for tasks 4
-and 5 the small groups of the attention variants, run under each tool. memcheck runs with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+and 5 the small groups of the attention variants, run under each tool; on an H100/H200 also
+the Hopper kernel's small launches of every rung and variant (task4.hopper_ladder
+--sanitizer-cases, recorded as sanitizer.task4_hopper.<tool>.errors). memcheck runs with PyTorch's caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
 so an out-of-bounds access past a tensor's end lands outside any allocation and is caught.
 The tools' summaries go to results/sanitizer_<gpu>.txt and the error counts into
 results/<gpu>.json (sanitizer.taskN.<tool>.errors); exit 1 if any tool found an error or a
@@ -35,7 +37,19 @@ SMALL_VARIANT_GROUPS = {4: ("--variants-small", "--backward-small", "--backward-
                         5: ("--gqa-small", "--paged-small", "--fused-small")}
 
 
-def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, float]:
+def runs_of(task: int, hopper_gpu: bool) -> list[tuple[str, list[str]]]:
+    """(label, `python -m` arguments) of each sanitizer run of a task: its --small checks with
+    its small variant groups, and for task 4 on a compute capability 9.0 GPU also the Hopper
+    kernel's small launches of every rung, its variants included (task4.hopper_ladder
+    --sanitizer-cases; on other GPUs the kernel does not run)."""
+    runs = [(f"task{task}", [f"task{task}.test", "--small", *SMALL_VARIANT_GROUPS.get(task, ()),
+                             "--no-record"])]
+    if task == 4 and hopper_gpu:
+        runs.append(("task4_hopper", ["task4.hopper_ladder", "--sanitizer-cases", "1,2,3,4,5,6"]))
+    return runs
+
+
+def run_one(module_args: list[str], tool: str, timeout: float) -> tuple[int | None, str, float]:
     """(error count or None if the run itself failed, the tool's summary, seconds)."""
     env = dict(os.environ)
     if tool == "memcheck":
@@ -43,8 +57,7 @@ def run_one(task: int, tool: str, timeout: float) -> tuple[int | None, str, floa
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "log.txt"
         cmd = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=99", f"--log-file={log}",
-               sys.executable, "-m", f"task{task}.test", "--small", *SMALL_VARIANT_GROUPS.get(task, ()),
-               "--no-record"]
+               sys.executable, "-m", *module_args]
         start = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
@@ -84,17 +97,22 @@ def main(argv=None) -> int:
     meta = run_meta()
     lines = [f"compute-sanitizer on {meta['device']}, torch {meta['torch']}, CUDA {meta['cuda']}, "
              f"{meta['date']}, commit {meta['commit']}", ""]
+    import torch
+
+    hopper_gpu = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
     metrics, ok = {}, True
     for task in [int(t) for t in args.tasks.split(",")]:
-        for tool in args.tools.split(","):
-            errors, summary, seconds = run_one(task, tool, args.timeout)
-            status = "FAILED TO RUN" if errors is None else f"{errors} errors"
-            print(f"[sanitize] task{task} {tool:<10} {status:<14} ({seconds:.0f} s)", flush=True)
-            lines += [f"## task{task} --small under {tool}: {status} ({seconds:.0f} s)", summary, ""]
-            if errors is None or errors:
-                ok = False
-            if errors is not None:
-                metrics[f"sanitizer.task{task}.{tool}.errors"] = errors
+        for label, module_args in runs_of(task, hopper_gpu):
+            for tool in args.tools.split(","):
+                errors, summary, seconds = run_one(module_args, tool, args.timeout)
+                status = "FAILED TO RUN" if errors is None else f"{errors} errors"
+                print(f"[sanitize] {label} {tool:<10} {status:<14} ({seconds:.0f} s)", flush=True)
+                lines += [f"## {' '.join(module_args)} under {tool}: {status} ({seconds:.0f} s)",
+                          summary, ""]
+                if errors is None or errors:
+                    ok = False
+                if errors is not None:
+                    metrics[f"sanitizer.{label}.{tool}.errors"] = errors
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"sanitizer_{device_key()}.txt"
     path.write_text("\n".join(lines) + "\n")
