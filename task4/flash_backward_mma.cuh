@@ -350,7 +350,8 @@ __device__ __forceinline__ void store_rows(const float (&acc)[Cfg::kDTiles][4], 
 // dq_accum with atomics (another CTA's keys add into the same rows).
 template <typename Cfg>
 struct FusedDqSplit {
-  static constexpr int kWarpsN = Cfg::kNWarps < Cfg::kHeadDim / 16 ? Cfg::kNWarps : Cfg::kHeadDim / 16;
+  static constexpr int kWarpsN =
+      Cfg::kNWarps < Cfg::kHeadDim / 16 ? Cfg::kNWarps : Cfg::kHeadDim / 16;
   static constexpr int kWarpsM = Cfg::kNWarps / kWarpsN;
   static constexpr int kCols = Cfg::kHeadDim / kWarpsN;
   static constexpr int kRows = Cfg::kBlockStream / kWarpsM;
@@ -389,10 +390,10 @@ __device__ __forceinline__ void dq_block_product(
     float (&acc)[FusedDqSplit<Cfg>::kMTiles][FusedDqSplit<Cfg>::kNTiles][4], uint32_t ds_tile,
     uint32_t k_tile, int warp, int lane) {
   // BEGIN SOLUTION kernel
-  // HINT: Optional extension (the atomic dQ): zero acc; per k16 step of the CTA's keys, ldmatrix_x4_trans
-  // HINT: the A fragments of dS (the dS^T tile: keys are rows, this warp's kRows queries the columns)
-  // HINT: and the B fragments of K (BwdLane::trans on the own K tile, pair_step to this warp's
-  // HINT: columns), then mma, as warp_product_nn does.
+  // HINT: Optional extension (the atomic dQ): zero acc; per k16 step of the CTA's keys,
+  // HINT: ldmatrix_x4_trans the A fragments of dS (the dS^T tile: keys are its rows, this warp's
+  // HINT: kRows queries its columns) and the B fragments of K (BwdLane::trans on the own K
+  // HINT: tile, pair_step to this warp's columns), then mma, as warp_product_nn does.
   using Split = FusedDqSplit<Cfg>;
   using Smem = SmemLayout<Cfg::kHeadDim>;
   constexpr int kRowBytes = BwdSmem<Cfg>::kDsRowBytes;
@@ -436,8 +437,8 @@ __device__ __forceinline__ void add_dq_block(
     const float (&acc)[FusedDqSplit<Cfg>::kMTiles][FusedDqSplit<Cfg>::kNTiles][4], float* head,
     int q0, int warp, int lane) {
   // BEGIN SOLUTION kernel
-  // HINT: Optional extension (the atomic dQ): atomicAdd each accumulator pair (row q0 + this warp's
-  // HINT: rows, columns of this warp's block) into the query head's fp32 rows.
+  // HINT: Optional extension (the atomic dQ): atomicAdd each accumulator pair (row q0 + this
+  // HINT: warp's rows, columns of this warp's block) into the query head's fp32 rows.
   using Split = FusedDqSplit<Cfg>;
   const int row0 = q0 + (warp / Split::kWarpsN) * Split::kRows + (lane >> 2);
   const int col0 = (warp % Split::kWarpsN) * Split::kCols + 2 * (lane & 3);
@@ -843,7 +844,7 @@ const char* launch_backward_mma(const BwdParams& p, bool deterministic, cudaStre
     static_assert(CfgFused::kHeadDim == CfgKV::kHeadDim, "one head dim per launch");
     if (p.dq_accum == nullptr || p.dq_accum_dim != CfgFused::kHeadDim ||
         p.dq_accum_rows < p.seq_q + CfgFused::kBlockStream)
-      return "the fused dQ needs a float32 dq_accum of [B, H_q, S_q + kBlockStream, padded head_dim]";
+      return "the fused dQ needs a zeroed float32 dq_accum [B, H_q, S_q + 64, padded head_dim]";
     constexpr int kSmem = BwdSmem<CfgFused>::fused_bytes;
     auto fused = flash_backward_dkdv_mma_kernel<Element, CfgFused, kGeneral, true>;
     if (const char* err = allow_smem(fused, kSmem)) return err;
