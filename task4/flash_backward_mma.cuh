@@ -892,7 +892,8 @@ using BwdQD64 = BwdTile<64, 4, 64, 2>;
 // The fused dK/dV/dQ kernel. D = 128: 128 keys per CTA (8 warps), so each query tile's dQ block
 // is added half as often as with 64 (the atomics' traffic is S_k / kBlockOwn x the size of dQ);
 // D = 64: the dK/dV tile (2 CTAs of 4 warps per SM), which measured faster there than 8 warps
-// (results/logs/h100_backward_dq_modes_ab.txt).
+// (results/logs/h100_backward_dq_modes_ab.txt). Both use all 255 registers; ptxas -v reports a
+// few bytes spilled by the general instantiations and at D = 64.
 using BwdFusedD128 = BwdTile<128, 8, 32, 1>;
 using BwdFusedD64 = BwdTile<64, 4, 64, 2>;
 
