@@ -160,7 +160,8 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
   // HINT: scale_log2 = log2(e) * scale), run the preprocess (ceil(B * H_q * S_q / 8) blocks of 8
   // HINT: warps), then the dK/dV and dQ kernels for q's dtype at head dim 64 or 128
   // HINT: (mma_bwd::backward_<dtype>_d<64|128>, passing `deterministic`; without it they also
-  // HINT: need p.dq_accum: a zeroed float32 [B, H_q, S_q + 64, 64 or 128]), and check each launch.
+  // HINT: need p.dq_accum: a zeroed float32 [B, H_q, S_q + mma_bwd::kDqAccumExtraRows,
+  // HINT: padded_head_dim]), and check each launch.
   p.q = qa.data_ptr();
   p.k = ka.data_ptr();
   p.v = va.data_ptr();
@@ -200,15 +201,16 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
   p.scale = static_cast<float>(scale_value);
   p.scale_log2 = static_cast<float>(1.4426950408889634 * scale_value);
 
-  // The fused dQ's float32 accumulator: head_dim padded to the instantiation (64 or 128), one
-  // streamed tile of rows past S_q (mma_bwd::BwdParams says why), zeroed.
+  // The fused dQ's float32 accumulator: head_dim padded to the instantiation, rows past S_q
+  // for a query tile that starts near its end (mma_bwd::BwdParams says why), zeroed.
+  const int padded_dim = mma_bwd::padded_head_dim(head_dim);
   torch::Tensor dq_accum;
   if (!deterministic) {
-    const int64_t padded_dim = head_dim <= 64 ? 64 : 128;
-    dq_accum = torch::zeros({batch, heads, seq_q + 64, padded_dim}, f32);
+    const int64_t rows = seq_q + mma_bwd::kDqAccumExtraRows;
+    dq_accum = torch::zeros({batch, heads, rows, padded_dim}, f32);
     p.dq_accum = dq_accum.data_ptr<float>();
-    p.dq_accum_rows = static_cast<int>(seq_q + 64);
-    p.dq_accum_dim = static_cast<int>(padded_dim);
+    p.dq_accum_rows = static_cast<int>(rows);
+    p.dq_accum_dim = padded_dim;
   } else {
     p.dq_accum = nullptr;
     p.dq_accum_rows = p.dq_accum_dim = 0;
@@ -225,7 +227,7 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
   attn::check_launch("backward_preprocess_mma_kernel");
 
   const char* error = nullptr;
-  if (head_dim <= 64) {
+  if (padded_dim == 64) {
     error = fp16 ? mma_bwd::backward_fp16_d64(p, deterministic, stream)
                  : mma_bwd::backward_bf16_d64(p, deterministic, stream);
   } else {

@@ -83,6 +83,12 @@ struct BwdParams {
   int dq_accum_rows, dq_accum_dim;
 };
 
+// The head dim a backward runs at: its instantiation (64 or 128), columns past head_dim zero.
+inline int padded_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : 128; }
+// Rows dq_accum has past S_q: at least any fused tile's kBlockStream (checked at the launch),
+// since a query tile may start at any row below S_q and its atomics are not guarded.
+constexpr int kDqAccumExtraRows = 64;
+
 // One tile shape: kNWarps warps of 16 own rows each, streamed tiles of kBlockStream rows.
 // load_tile (the forward's copy) reads kHeadDim and kThreads from it.
 template <int kHeadDim_, int kNWarps_, int kBlockStream_, int kMinBlocksPerSM_>
@@ -842,9 +848,11 @@ const char* launch_backward_mma(const BwdParams& p, bool deterministic, cudaStre
   if (q_rows > 65535) return "batch * heads exceeds 65535 (gridDim.y); split the batch";
   if (!deterministic) {
     static_assert(CfgFused::kHeadDim == CfgKV::kHeadDim, "one head dim per launch");
+    static_assert(CfgFused::kBlockStream <= kDqAccumExtraRows, "dq_accum rows past S_q");
     if (p.dq_accum == nullptr || p.dq_accum_dim != CfgFused::kHeadDim ||
-        p.dq_accum_rows < p.seq_q + CfgFused::kBlockStream)
-      return "the fused dQ needs a zeroed float32 dq_accum [B, H_q, S_q + 64, padded head_dim]";
+        p.dq_accum_rows < p.seq_q + kDqAccumExtraRows)
+      return "the fused dQ needs a zeroed float32 dq_accum [B, H_q, S_q + kDqAccumExtraRows, "
+             "padded_head_dim(head_dim)]";
     constexpr int kSmem = BwdSmem<CfgFused>::fused_bytes;
     auto fused = flash_backward_dkdv_mma_kernel<Element, CfgFused, kGeneral, true>;
     if (const char* err = allow_smem(fused, kSmem)) return err;
