@@ -44,8 +44,8 @@ from common.harness import fresh_generator, pick_device, task_main
 from common.timing import (attention_flops, interleaved_medians, measure_copy_bandwidth,
                            measure_matmul_tflops, time_cuda)
 from task6.generate import generate
-from task6.manifest import (PROFILE_KINDS, TBT_MS, TBT_OVER_BYTES, TBT_OVER_ROOFLINE, TTFT_MS,
-                            TTFT_ROUNDS, UNFUSED_TBT_MS, course_metric, profile_metric)
+from task6.manifest import (GQA_CONFIG, PROFILE_KINDS, TBT_MS, TBT_OVER_BYTES, TBT_OVER_ROOFLINE,
+                            TTFT_MS, TTFT_ROUNDS, UNFUSED_TBT_MS, course_metric, profile_metric)
 from task6.model import customModel
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -106,9 +106,8 @@ class Config:
 
 COURSE = Config(hidden=4096, heads=32, layers=24, vocab=8192, batch=4, prompt=1024, new_tokens=100)
 # Issue 32's grouped-query configuration: the course model with its 32 query heads sharing 8 KV
-# heads (Llama-3 8B's ratio), in bf16; recorded as task6.gqa.bf16.* (GQA_CONFIG_NAME).
+# heads (Llama-3 8B's ratio), in bf16; recorded as task6.<GQA_CONFIG>.bf16.* (task6/manifest.py).
 GQA_COURSE = replace(COURSE, kv_heads=8)
-GQA_CONFIG_NAME = "gqa"
 SMALL = Config(hidden=512, heads=8, layers=4, vocab=1024, batch=2, prompt=64, new_tokens=GREEDY_STEPS)
 # The same size in the Llama style (RMSNorm, no biases, 8 query heads sharing 2 KV heads).
 LLAMA_SMALL = Config(hidden=512, heads=8, layers=4, vocab=1024, batch=2, prompt=64,
@@ -711,7 +710,7 @@ def gqa_course_group(args=None):
     print(f"[task6] gqa-course: {GQA_COURSE.describe()}, bf16; weights seed {WEIGHT_SEED}, "
           f"prompt seed {seed}")
     return _guard("gqa-course", lambda: _course_one(GQA_COURSE, "bf16", device, gen,
-                                                    config_name=GQA_CONFIG_NAME))
+                                                    config_name=GQA_CONFIG))
 
 
 def extra_args(parser) -> None:

@@ -22,7 +22,7 @@ from common.variants import Variant, fa2_criterion
 from task3.flash_backward import flash_attention_backward, flash_attention_forward_with_lse
 from task4 import attention
 from task4 import backward as backward_module
-from task4.backward_checks import attention_formula, formula_gradients
+from task4.backward_checks import attention_formula, deterministic_algorithms, formula_gradients
 
 LOG2E = 1.4426950408889634
 
@@ -259,15 +259,10 @@ def test_deterministic_algorithms_pick_the_tensor_core_backwards_dq_pass(fake_ex
     """The fp16/bf16 backward adds dQ with atomics unless torch.use_deterministic_algorithms is
     on, read at each backward (not at import or at the forward)."""
     (q, k, v), d_out = _inputs(dtype=torch.float16)
-    was, warn_only = (torch.are_deterministic_algorithms_enabled(),
-                      torch.is_deterministic_algorithms_warn_only_enabled())
-    try:
-        for on in (False, True, False):
-            torch.use_deterministic_algorithms(on, warn_only=True)
+    for on in (False, True, False):
+        with deterministic_algorithms(on):
             _ours(q, k, v, d_out, causal=True)
-            assert fake_ext.calls[-1] == ("backward_mma", on)
-    finally:
-        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+        assert fake_ext.calls[-1] == ("backward_mma", on)
 
 
 def test_groups_are_in_task4_test():
