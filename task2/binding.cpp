@@ -1,9 +1,9 @@
 // Python bindings of the task 2 extension `custom_self_attention`.
 //
 // The kernels and their host functions live in attention_kernel.cu; this file only exposes
-// them. It is the one file that includes <torch/extension.h> (pybind11), which is slow to
-// compile, so the kernel file stays quick to rebuild.
-#include <torch/extension.h>
+// them. It is the one file that includes pybind11 (common/csrc/binding_api.h), which is slow
+// to compile, so the kernel file stays quick to rebuild.
+#include "binding_api.h"
 
 // All entries take fp32 CUDA tensors. `out`, when given, is written instead of a new tensor
 // and returned (the tests pass a NaN-poisoned one to catch elements a kernel never writes).

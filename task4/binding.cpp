@@ -2,9 +2,9 @@
 //
 // The kernels live in flash_attention.cu (fp32, the course kernel) and
 // flash_attention_mma.cu (fp16/bf16 on tensor cores); this file only exposes them. It is
-// the one file that includes <torch/extension.h> (pybind11), which is slow to compile, so
-// the kernel files stay quick to rebuild.
-#include <torch/extension.h>
+// the one file that includes pybind11 (common/csrc/binding_api.h), which is slow to compile,
+// so the kernel files stay quick to rebuild.
+#include "binding_api.h"
 
 // fp32, q/k/v [B, S, hidden] (projected, heads interleaved in hidden): the course's entry.
 // Every entry returns the output; `out`, when given, is written instead of a new tensor

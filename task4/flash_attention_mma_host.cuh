@@ -5,7 +5,7 @@
 // headers.
 #pragma once
 
-#include <torch/types.h>
+#include "tensor_api.h"
 
 #include <optional>
 

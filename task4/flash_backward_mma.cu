@@ -66,7 +66,7 @@
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/types.h>
+#include "tensor_api.h"
 
 #include <climits>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // extension because it is built for sm_90a only (wgmma, setmaxnreg), while
 // `custom_flash_attention` is built for whatever GPU is present; task4/hopper.py loads it on
 // Hopper GPUs alone.
-#include <torch/extension.h>
+#include "binding_api.h"
 
 // fp16/bf16, q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D], D in {64, 128}, any strides with a
 // contiguous last dimension that are multiples of 16 bytes. version: 1 (wgmma, cp.async),

@@ -1,10 +1,10 @@
 // Python bindings of the task 5 extension `custom_flash_attention_decode`.
 //
 // The kernels live in the .cu files named below; this file only exposes them. It is the one
-// file that includes <torch/extension.h> (pybind11), which is slow to compile, so the kernel
-// files stay quick to rebuild. task5/attention.py wraps these entries (it turns a Python int or
+// file that includes pybind11 (common/csrc/binding_api.h), which is slow to compile, so the
+// kernel files stay quick to rebuild. task5/attention.py wraps these entries (it turns a Python int or
 // a CUDA tensor into the (value, tensor) pairs below and picks num_splits).
-#include <torch/extension.h>
+#include "binding_api.h"
 
 // k_cache, v_cache [B, max_seq_len, hidden]; k, v [B, n_new, hidden]: written at positions
 // [current_pos, current_pos + n_new). current_pos_tensor (CUDA int32, 0-d or [B]), when given,

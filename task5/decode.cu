@@ -63,7 +63,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <torch/types.h>
+#include "tensor_api.h"
 
 #include <algorithm>
 #include <cmath>

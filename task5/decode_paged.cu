@@ -26,7 +26,7 @@
 // contiguous cache is not measured yet.
 
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/types.h>
+#include "tensor_api.h"
 
 #include <cstdint>
 #include <limits>

@@ -24,7 +24,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <torch/types.h>
+#include "tensor_api.h"
 
 #include <cstdint>
 #include <optional>

@@ -9,7 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <torch/types.h>
+#include "tensor_api.h"
 
 #include <cstdint>
 #include <cstdlib>

@@ -2,12 +2,12 @@
 //
 // Each check raises a Python exception with a sentence a student can act on:
 // TORCH_CHECK_VALUE -> ValueError, TORCH_CHECK_TYPE -> TypeError, TORCH_CHECK -> RuntimeError.
-// Only light headers are included (no torch/extension.h): kernel files compile in seconds,
-// and the CPU-only CI can compile them with the CPU build of torch.
+// Only light headers are included (tensor_api.h, no torch/extension.h): kernel files compile
+// in seconds, and the CPU-only CI can compile them with the CPU build of torch.
 #pragma once
 
 #include <cuda_runtime.h>
-#include <torch/types.h>
+#include "tensor_api.h"
 
 #include <cstdio>
 #include <string>

@@ -5,7 +5,7 @@
 // dominate a kernel file's compile time).
 #pragma once
 
-#include <torch/types.h>
+#include "tensor_api.h"
 
 #include <cmath>
 #include <cstdint>
