@@ -98,3 +98,43 @@ def test_without_a_gpu_it_says_so_first_and_exits_by_what_it_ran(monkeypatch, ca
     assert out.startswith("[run_all] No CUDA GPU is visible")
     assert ran[:2] == ["task1.test", "task3.test"] and len(ran) <= 3
     assert "skip  task4" in out and "needs a CUDA GPU" in out
+
+
+def test_on_a_gpu_the_tasks_that_need_no_extension_run_beside_the_build(monkeypatch, capsys,
+                                                                         tmp_path):
+    """Tasks 1 and 3 (no extension, no timing) run while the build compiles, their output
+    printed after the build's; the summary keeps the plan's order and their exit codes."""
+    import subprocess
+    import threading
+
+    plan, _ = run_all.steps([1, 2, 3], bench=False, gpu=True)
+    assert [s.name for s in plan if s.beside_build] == ["task1.test", "task3.test"]
+    build_started, build_may_end = threading.Event(), threading.Event()
+    live = []
+
+    def call(cmd, cwd=None):   # the live steps: the build waits until task 3 has run beside it
+        live.append(cmd[2])
+        if cmd[2] == "common.tools.build_all":
+            build_started.set()
+            assert build_may_end.wait(10), "the steps beside the build did not run meanwhile"
+        return 0
+
+    def run(cmd, cwd=None, **kwargs):
+        assert build_started.wait(10)
+        if cmd[2] == "task3.test":
+            build_may_end.set()
+        return subprocess.CompletedProcess(cmd, 1 if cmd[2] == "task3.test" else 0,
+                                           stdout=f"output of {cmd[2]}\n")
+
+    monkeypatch.setattr(run_all, "_gpu", lambda: True)
+    monkeypatch.setattr(run_all, "REPORTS_DIR", tmp_path)
+    monkeypatch.setattr(run_all.subprocess, "call", call)
+    monkeypatch.setattr(run_all.subprocess, "run", run)
+    assert run_all.main(["--tasks", "1,2,3", "--no-record"]) == 1
+    out = capsys.readouterr().out
+    assert live == ["common.tools.build_all", "task2.test", "common.tools.report"]
+    assert out.index("######## build") < out.index("task1.test (ran beside the build)") \
+        < out.index("output of task1.test") < out.index("######## task2.test")
+    summary = out[out.index("######## summary"):].splitlines()[1:5]
+    assert [line.split()[1] for line in summary] == ["build", "task1.test", "task2.test", "task3.test"]
+    assert summary[3].startswith("  FAIL  task3.test")

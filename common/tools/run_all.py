@@ -7,7 +7,10 @@
 The steps, each in its own process (a crash in one cannot take the others down), their
 output streaming live:
   build     every CUDA extension at once, side by side (common.tools.build_all): the
-            builds are independent, and one after another they took three times as long;
+            builds are independent, and one after another they took three times as long.
+            The tasks that need no extension (those a CPU can run: tasks 1 and 3) run their
+            tests meanwhile, their output printed when the build is done: they check tiny
+            shapes and time nothing, and the build is bound by nvcc's CPU work;
   taskN     every task's test with all its check groups (the course protocol, the kernels
             against SDPA, the variants, the decode, the models), then GPT-2 generating
             (task7.inference --record);
@@ -42,6 +45,7 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +67,14 @@ class Step:
     name: str
     module_args: list[str]
     report: Path | None = None      # the --json report of a task test
+    beside_build: bool = False      # needs no extension: runs while the build compiles
 
 
-def _test_step(n: int, skip: tuple[str, ...] = ()) -> Step:
+def _test_step(n: int, skip: tuple[str, ...] = (), beside_build: bool = False) -> Step:
     report = REPORTS_DIR / f"task{n}.json"
     return Step(f"task{n}.test", [f"task{n}.test", "--json", str(report),
-                                  *(["--skip", ",".join(skip)] if skip else [])], report)
+                                  *(["--skip", ",".join(skip)] if skip else [])], report,
+                beside_build)
 
 
 def steps(tasks: list[int], bench: bool, gpu: bool = True,
@@ -87,7 +93,9 @@ def steps(tasks: list[int], bench: bool, gpu: bool = True,
                 skipped.append((f"task{n}", f"needs a CUDA GPU: {why}"))
             continue
         if (folder / "test.py").exists():
-            plan.append(_test_step(n, () if bench or manifest is None else manifest.everything_groups))
+            plan.append(_test_step(
+                n, () if bench or manifest is None else manifest.everything_groups,
+                beside_build=gpu and manifest is not None and not manifest.needs_gpu))
         if n == 7 and (folder / "inference.py").exists():
             plan.append(Step("task7.inference", ["task7.inference", "--record"]))
     if not gpu:
@@ -105,6 +113,20 @@ def steps(tasks: list[int], bench: bool, gpu: bool = True,
         plan.append(Step("common.tools.bench", ["common.tools.bench"]))
     plan.append(Step("common.tools.report", ["common.tools.report"]))
     return plan, skipped
+
+
+def run_step(step: Step, capture: bool = False) -> tuple[int, float, str]:
+    """(exit code, seconds, output): the step in its own process, its output streaming live
+    unless captured."""
+    if step.report is not None:
+        step.report.unlink(missing_ok=True)
+    start = time.perf_counter()
+    command = [sys.executable, "-m", *step.module_args]
+    if capture:
+        proc = subprocess.run(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        return proc.returncode, time.perf_counter() - start, proc.stdout
+    return subprocess.call(command, cwd=REPO_ROOT), time.perf_counter() - start, ""
 
 
 def missed_targets(report: Path | None) -> int:
@@ -179,15 +201,23 @@ def main(argv=None) -> int:
               flush=True)
     REPORTS_DIR.mkdir(parents=True, exist_ok=True)
 
-    summary = []
-    for step in plan:
-        print(f"\n######## {step.name} ########", flush=True)
-        if step.report is not None:
-            step.report.unlink(missing_ok=True)
-        step_start = time.perf_counter()
-        code = subprocess.call([sys.executable, "-m", *step.module_args], cwd=REPO_ROOT)
-        summary.append((step.name, code, time.perf_counter() - step_start,
-                        missed_targets(step.report)))
+    results: dict[str, tuple[int, float]] = {}
+    building = bool(plan) and plan[0].name == "build"
+    beside = [step for step in plan if step.beside_build] if building else []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # While the build compiles, the steps that need no extension run one after another.
+        outputs = pool.submit(lambda: [(step, *run_step(step, capture=True)) for step in beside])
+        for step in plan:
+            if step in beside:
+                continue
+            print(f"\n######## {step.name} ########", flush=True)
+            results[step.name] = run_step(step)[:2]
+            if step.name == "build":
+                for done, code, seconds, output in outputs.result():
+                    print(f"\n######## {done.name} (ran beside the build) ########\n{output}",
+                          end="", flush=True)
+                    results[done.name] = code, seconds
+    summary = [(step.name, *results[step.name], missed_targets(step.report)) for step in plan]
     total = time.perf_counter() - start
 
     lines = summary_lines(summary, skipped, total)
