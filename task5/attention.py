@@ -253,8 +253,14 @@ GQA_MAX_HEAD_DIM = 256          # its widest instantiation (common.limits.MAX_HE
 # (blocks / resident slots, over the waves that takes) is within GQA_WAVE_EFFICIENCY of the
 # best, and never fewer than GQA_MIN_TILES_PER_WARP key tiles per warp of a split (the fixed
 # costs of a block: Q, the merge of its warps, a partial written and merged).
+# GQA_WAVE_EFFICIENCY is FlashAttention-3's 85% raised to 95%: a batch-1 decode streams at
+# what its busy SMs pull (one block per SM), so every idle SM costs bandwidth, while more splits
+# cost only a longer merge. A sweep of forced split counts on the H100 (fp16, D 128) found the
+# counts that fill the most SMs in one wave fastest; at 85% the heuristic left 12-16 SMs idle
+# (results/logs/h100_gqa_splits_merge_ab.json, which also shows the merge's loads are not what
+# costs: issuing eight splits' loads at once changed nothing).
 GQA_FULL_WAVE = 0.8
-GQA_WAVE_EFFICIENCY = 0.85
+GQA_WAVE_EFFICIENCY = 0.95
 GQA_MIN_TILES_PER_WARP = 2
 GQA_MAX_SPLITS = 128
 

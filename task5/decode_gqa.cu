@@ -52,7 +52,7 @@
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
 // (sequence, KV head, row tile) blocks nearly fill the GPU's resident blocks, else the fewest
-// splits whose wave of blocks is within 85% of the best wave efficiency, never so many that a
+// splits whose wave of blocks is within 95% of the best wave efficiency, never so many that a
 // split has less than two tiles per warp. It depends on the cache's capacity (and the
 // window), never on lengths read on the device.
 //
@@ -79,7 +79,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -110,7 +109,6 @@ using mma_attn::smem_u32;
 constexpr int kGqaMaxHeadDim = 256;  // the widest instantiation below
 constexpr int kRowsPerTile = 16;     // the m16 of mma.sync.m16n8k16
 constexpr int kMaxQueryRows = 16;    // S_q per sequence (speculative decoding's few rows)
-constexpr int kMergeBatch = 8;       // splits' partials in flight per thread in the merge
 
 // One configuration per head dim: keys per warp tile, stages of each warp's ring.
 template <int kHeadDim_, int kTileKeys_, int kStages_>
@@ -162,7 +160,6 @@ struct GqaParams {
   // a row tile to finish merges them all (merge_in_last_block), so no merge kernel runs.
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
-  int merge_batch;  // > 1: the merge batches kMergeBatch splits' loads (1: one at a time, for A/B)
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -229,31 +226,6 @@ __device__ __forceinline__ void store_output(const GqaParams& p, int64_t b, int 
   }
 }
 
-// One (row, 8 columns) of the merge: the splits' partials weighted in split order. The last
-// block merges alone while the rest of the GPU has finished, and the partials it reads were
-// just written by other blocks (in L2, several hundred cycles away): kBatch splits' loads are
-// issued before the first is used, so the merge costs num_splits / kBatch latencies instead
-// of num_splits (the same additions in the same order: the result does not change).
-template <int kBatch>
-__device__ __forceinline__ void merge_columns(float (&val)[8], const float* src,
-                                              int64_t split_stride, const float* weights,
-                                              int num_splits) {
-  int s = 0;
-  for (; s + kBatch <= num_splits; s += kBatch, src += kBatch * split_stride) {
-    float4 lo[kBatch], hi[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      lo[j] = __ldcg(reinterpret_cast<const float4*>(src + j * split_stride));
-      hi[j] = __ldcg(reinterpret_cast<const float4*>(src + j * split_stride + 4));
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) add_weighted(val, weights[s + j], lo[j], hi[j]);
-  }
-  for (; s < num_splits; ++s, src += split_stride)
-    add_weighted(val, weights[s], __ldcg(reinterpret_cast<const float4*>(src)),
-                 __ldcg(reinterpret_cast<const float4*>(src + 4)));
-}
-
 // Beyond the kernel's own work (given): the last block of a row tile's splits to finish
 // merges them, as decode.cu's merge_in_last_block does for the course kernel, so a split
 // decode is one launch (at batch 1 the merge kernel's launch is a sizeable part of a short
@@ -305,11 +277,12 @@ __device__ __forceinline__ void merge_in_last_block(const GqaParams& p) {
     if (d0 >= p.head_dim) continue;
     float val[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     const float* src = p.partial + (first + rr) * p.head_dim + d0;
-    const int64_t split_stride = static_cast<int64_t>(p.rows) * p.head_dim;  // the next split's row
-    if (p.merge_batch > 1)
-      merge_columns<kMergeBatch>(val, src, split_stride, smem + rr * p.num_splits, p.num_splits);
-    else
-      merge_columns<1>(val, src, split_stride, smem + rr * p.num_splits, p.num_splits);
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float w = smem[rr * p.num_splits + s];
+      add_weighted(val, w, __ldcg(reinterpret_cast<const float4*>(src)),
+                   __ldcg(reinterpret_cast<const float4*>(src + 4)));
+      src += static_cast<int64_t>(p.rows) * p.head_dim;  // the next split's row
+    }
 #pragma unroll
     for (int e = 0; e < 8; ++e) val[e] *= row_scale[rr];
     store_output<Element>(p, b_kv / p.heads_kv, static_cast<int>(b_kv % p.heads_kv), row0 + rr, d0, val);
@@ -789,9 +762,6 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
   p.num_splits = static_cast<int>(num_splits);
   p.scale_log2 = static_cast<float>(LOG2_E * scale_value);
   p.out_vec16 = rows_aligned_16(result) ? 1 : 0;
-  // ATTN_GQA_MERGE_BATCH=1: the merge's loads one split at a time (before merge_columns), for A/B.
-  const char* merge_batch = std::getenv("ATTN_GQA_MERGE_BATCH");
-  p.merge_batch = merge_batch != nullptr && std::atoi(merge_batch) == 1 ? 1 : kMergeBatch;
 
   // The partials live until the merge has run (the caching allocator reuses the memory in
   // stream order, and inside a CUDA graph capture from the graph's pool).
