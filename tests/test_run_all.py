@@ -138,3 +138,25 @@ def test_on_a_gpu_the_tasks_that_need_no_extension_run_beside_the_build(monkeypa
     summary = out[out.index("######## summary"):].splitlines()[1:5]
     assert [line.split()[1] for line in summary] == ["build", "task1.test", "task2.test", "task3.test"]
     assert summary[3].startswith("  FAIL  task3.test")
+
+
+def test_build_all_nices_the_short_builds_beside_the_long_ones(monkeypatch):
+    """The builds whose longest source sets the build's length keep the CPU's priority; the
+    others run niced beside them (and not niced when they build alone)."""
+    from common.tools import build_all
+
+    niced = {}
+
+    def fake(module, niced_flag=False):
+        niced[module] = niced_flag
+        return module, 0, 0.0, "built"
+
+    monkeypatch.setattr(build_all, "_build", fake)
+    assert build_all.build_all(["task2.compile", "task4.compile", "task5.compile", "task4.hopper"],
+                               quiet=True) == 0
+    assert niced == {"task2.compile": True, "task4.compile": True, "task5.compile": False,
+                     "task4.hopper": False}
+    assert set(build_all.LONG_BUILDS) <= {*build_all.build_modules(hopper=True)}
+    niced.clear()
+    build_all.build_all(["task2.compile"], quiet=True)
+    assert niced == {"task2.compile": False}

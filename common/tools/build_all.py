@@ -5,7 +5,9 @@ Hopper kernel of task4/hopper.py), and each build spends most of its time in one
 per source file, so building them one after another leaves most of the machine idle. This runs
 each `python -m <module>` build in its own process at once and prints each result as it
 finishes; a failed build is reported with its compiler output and fails the command, the
-others still finish. A cached build is reused, so a second run takes seconds.
+others still finish. A cached build is reused, so a second run takes seconds. The two builds
+whose longest source sets the whole build's length (LONG_BUILDS) keep the CPU's priority; the
+others run niced, on the cores those leave.
 
 `python -m common.tools.run_all` runs this as its first step, and the GPU test suite's
 session start does too (tests/conftest.py), so that a cold machine pays for the builds once,
@@ -18,16 +20,24 @@ if not __package__:  # run as a file, where `common` cannot be imported
     raise SystemExit("Run this from the repository root as a module: python -m common.tools.build_all")
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from common.tools.manifests import task_folders
 from common.results import REPO_ROOT
+from common.tools.manifests import task_folders
 
 # Built only where their kernels run: the Hopper kernel is sm_90a code (task4/hopper.py).
 HOPPER_BUILDS = ("task4.hopper",)
+# The builds whose longest source sets the length of the whole build: task5/decode_linear.cu
+# and task4/flash_attention_hopper.cu are the two longest compiles of the repository
+# (results/logs/cpu_nvcc_longest_sources.txt). The other builds run at a lower CPU priority
+# (nice), on the cores these leave: all ~20 nvcc processes at once on the GPU machine's 16
+# cores had stretched the longest ones by half.
+LONG_BUILDS = ("task5.compile", "task4.hopper")
+LOW_PRIORITY = 10   # os.nice increment of the other builds
 
 
 def build_modules(tasks: list[int] | None = None, hopper: bool | None = None) -> list[str]:
@@ -52,10 +62,10 @@ def _is_hopper() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-def _build(module: str) -> tuple[str, int, float, str]:
+def _build(module: str, niced: bool = False) -> tuple[str, int, float, str]:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", module], cwd=REPO_ROOT, capture_output=True,
-                          text=True)
+                          text=True, preexec_fn=(lambda: os.nice(LOW_PRIORITY)) if niced else None)
     return module, proc.returncode, time.perf_counter() - start, proc.stdout + proc.stderr
 
 
@@ -64,7 +74,10 @@ def build_all(modules: list[str], quiet: bool = False) -> int:
     failed = 0
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, len(modules))) as pool:
-        for future in as_completed([pool.submit(_build, m) for m in modules]):
+        # Niced only beside a long build: alone, a build has the machine to itself anyway.
+        long_builds = any(m in LONG_BUILDS for m in modules)
+        futures = [pool.submit(_build, m, long_builds and m not in LONG_BUILDS) for m in modules]
+        for future in as_completed(futures):
             module, code, seconds, output = future.result()
             lines = output.strip().splitlines()
             if code == 0:
