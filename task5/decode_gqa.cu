@@ -79,7 +79,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -138,8 +137,7 @@ struct GqaConfig {
 };
 using GqaD64 = GqaConfig<64, 32, 4>;
 using GqaD96 = GqaConfig<96, 16, 4>;
-using GqaD128 = GqaConfig<128, 16, 3>;       // two blocks per SM (see the top of the file)
-using GqaD128Deep = GqaConfig<128, 16, 4>;   // one block per SM, ATTN_GQA_D128_STAGES=4 (A/B)
+using GqaD128 = GqaConfig<128, 16, 4>;
 using GqaD256 = GqaConfig<256, 16, 3>;
 
 // Strides in elements (last dimension contiguous): q and out [B, H_q, S_q, D]. Where the keys
@@ -655,11 +653,7 @@ template <typename Fn>
 decltype(auto) with_config(int64_t head_dim, Fn&& fn) {
   if (head_dim <= 64) return fn(static_cast<GqaD64*>(nullptr));
   if (head_dim <= 96) return fn(static_cast<GqaD96*>(nullptr));
-  if (head_dim <= 128) {
-    const char* stages = std::getenv("ATTN_GQA_D128_STAGES");
-    if (stages != nullptr && std::atoi(stages) == 4) return fn(static_cast<GqaD128Deep*>(nullptr));
-    return fn(static_cast<GqaD128*>(nullptr));
-  }
+  if (head_dim <= 128) return fn(static_cast<GqaD128*>(nullptr));
   return fn(static_cast<GqaD256*>(nullptr));
 }
 
