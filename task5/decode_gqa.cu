@@ -48,14 +48,16 @@
 // copies loses nothing to a dedicated producer, and private rings need only __syncwarp,
 // never a block barrier in the key loop, so no warp waits for another's memory latency.
 // Head dim 256 uses 3 stages (16 KB per warp stage; 200 KB in all).
-// What holds batch 1 below the copy bandwidth (measured on the H100, issue 32): ncu finds the
-// warps issuing an instruction every few cycles, not waiting on memory: one warp per scheduler
-// (one block per SM) issues the copies, ldmatrix, mma and softmax of every tile in sequence
-// (results/logs/h100_gqa_b1_hkv4_ncu_sections.txt). Two blocks per SM on a 3-stage ring, which
-// doubles the warps, measured slower at batch 1 (it also doubles the splits and their merge;
-// results/logs/h100_gqa_d128_stages_ab.json), so the next step is fewer instructions per byte:
-// bulk copies (TMA) instead of per-lane cp.async and their address arithmetic, and the second
-// P V product (P's low bits) only where the element type needs it (bf16; fp16's P carries 11).
+// What holds batch 1 below the copy bandwidth (measured on the H100, issue 32): instructions.
+// ncu finds one warp per scheduler (one block per SM) issuing an instruction every few cycles,
+// not waiting on memory, and counts hundreds of instructions per key tile, most of them on the
+// FMA and ALU pipes (the rescale of O, the softmax, the copies' address arithmetic), against a
+// few dozen mma (results/logs/h100_gqa_b1_hkv4_ncu_sections.txt, _ncu_instructions.txt). Two
+// blocks per SM on a 3-stage ring, which doubles the warps, measured slower at batch 1 (it also
+// doubles the splits and their merge; results/logs/h100_gqa_d128_stages_ab.json). So the next
+// step is fewer instructions per byte: O rescaled only when a row's maximum grows, the copies'
+// addresses stepped rather than recomputed (or one bulk TMA copy per tile), and the second P V
+// product (P's low bits) only where the element type needs it (bf16; fp16's P carries 11).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
