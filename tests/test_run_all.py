@@ -160,3 +160,12 @@ def test_build_all_nices_the_short_builds_beside_the_long_ones(monkeypatch):
     niced.clear()
     build_all.build_all(["task2.compile"], quiet=True)
     assert niced == {"task2.compile": False}
+    # niced through the `nice` command (no preexec_fn: the builds start from threads)
+    import shutil
+    import sys
+
+    plain = [sys.executable, "-m", "task2.compile"]
+    assert build_all.build_command("task2.compile") == plain
+    if shutil.which("nice"):
+        assert build_all.build_command("task2.compile", niced=True) == \
+            [shutil.which("nice"), "-n", str(build_all.LOW_PRIORITY), *plain]

@@ -20,7 +20,7 @@ if not __package__:  # run as a file, where `common` cannot be imported
     raise SystemExit("Run this from the repository root as a module: python -m common.tools.build_all")
 
 import argparse
-import os
+import shutil
 import subprocess
 import sys
 import time
@@ -37,7 +37,7 @@ HOPPER_BUILDS = ("task4.hopper",)
 # (nice), on the cores these leave: all ~20 nvcc processes at once on the GPU machine's 16
 # cores had stretched the longest ones by half.
 LONG_BUILDS = ("task5.compile", "task4.hopper")
-LOW_PRIORITY = 10   # os.nice increment of the other builds
+LOW_PRIORITY = 10   # the niceness of the other builds
 
 
 def build_modules(tasks: list[int] | None = None, hopper: bool | None = None) -> list[str]:
@@ -62,10 +62,19 @@ def _is_hopper() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
+def build_command(module: str, niced: bool = False) -> list[str]:
+    """The build's command line: `python -m module`, under `nice` when niced (the coreutils
+    command rather than os.nice in a preexec_fn, which is unsafe in a process with threads,
+    and the builds are started from a thread pool); where `nice` is missing, at full priority."""
+    command = [sys.executable, "-m", module]
+    nice = shutil.which("nice") if niced else None
+    return [nice, "-n", str(LOW_PRIORITY), *command] if nice else command
+
+
 def _build(module: str, niced: bool = False) -> tuple[str, int, float, str]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", module], cwd=REPO_ROOT, capture_output=True,
-                          text=True, preexec_fn=(lambda: os.nice(LOW_PRIORITY)) if niced else None)
+    proc = subprocess.run(build_command(module, niced), cwd=REPO_ROOT, capture_output=True,
+                          text=True)
     return module, proc.returncode, time.perf_counter() - start, proc.stdout + proc.stderr
 
 
