@@ -138,6 +138,7 @@ def test_on_a_gpu_the_tasks_that_need_no_extension_run_beside_the_build(monkeypa
     summary = out[out.index("######## summary"):].splitlines()[1:5]
     assert [line.split()[1] for line in summary] == ["build", "task1.test", "task2.test", "task3.test"]
     assert summary[3].startswith("  FAIL  task3.test")
+    assert [line.endswith("(beside the build)") for line in summary] == [False, True, False, True]
 
 
 def test_build_all_nices_the_short_builds_beside_the_long_ones(monkeypatch):

@@ -142,11 +142,16 @@ def missed_targets(report: Path | None) -> int:
 
 
 def summary_lines(summary: list[tuple[str, int, float, int]],
-                  skipped: list[tuple[str, str]], total_seconds: float) -> list[str]:
+                  skipped: list[tuple[str, str]], total_seconds: float,
+                  beside_build: frozenset[str] = frozenset()) -> list[str]:
+    """One line per step (its time, targets missed; the steps that ran beside the build say so,
+    since their time is not added to the total), the skipped steps, then the count and total."""
     lines = []
     for name, code, seconds, missed in summary:
         note = f"   {missed} target{'s' if missed != 1 else ''} missed (MISS)" \
             if missed else ""
+        if name in beside_build:
+            note += "   (beside the build)"
         lines.append(f"  {'ok  ' if code == 0 else 'FAIL'}  {name:<28} {seconds:7.1f} s{note}")
     for name, why in skipped:
         lines.append(f"  skip  {name:<28} {why}")
@@ -220,7 +225,7 @@ def main(argv=None) -> int:
     summary = [(step.name, *results[step.name], missed_targets(step.report)) for step in plan]
     total = time.perf_counter() - start
 
-    lines = summary_lines(summary, skipped, total)
+    lines = summary_lines(summary, skipped, total, frozenset(step.name for step in beside))
     print("\n######## summary ########")
     print("\n".join(lines), flush=True)
     # Only the main job itself (every task, no extras) sets the figures it is judged by.
