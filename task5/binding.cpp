@@ -2,8 +2,8 @@
 //
 // The kernels live in the .cu files named below; this file only exposes them. It is the one
 // file that includes pybind11 (common/csrc/binding_api.h), which is slow to compile, so the
-// kernel files stay quick to rebuild. task5/attention.py wraps these entries (it turns a Python int or
-// a CUDA tensor into the (value, tensor) pairs below and picks num_splits).
+// kernel files stay quick to rebuild. task5/attention.py wraps these entries (it turns a
+// Python int or a CUDA tensor into the (value, tensor) pairs below and picks num_splits).
 #include "binding_api.h"
 
 // k_cache, v_cache [B, max_seq_len, hidden]; k, v [B, n_new, hidden]: written at positions

@@ -40,16 +40,16 @@
 // task 4's kernel above FlashAttention-2's bound (2 x PyTorch's error) in a bf16 MQA case;
 // the extra tensor-core work is cheap: a few dozen mma of the hundreds of instructions a key
 // tile costs (below). A warp's key tile is kTileKeys = 16 keys (32 at head dim 64): 8 KB of
-// K and V at head dim 128, so one stage
-// is one 8 KB burst per warp and the 4-stage ring holds 24 KB in flight per warp, 96 KB per
-// block of 132 KB shared memory: one block per SM keeps several times the bandwidth-latency
-// product in flight (nominally ~3 TB/s over 132 SMs times ~1 us of loaded latency: ~25 KB).
+// K and V at head dim 128, so one stage is one 8 KB burst per warp and the 4-stage ring holds
+// 24 KB in flight per warp, 96 KB per block of 132 KB shared memory: one block per SM keeps
+// several times the bandwidth-latency product in flight (nominally ~3 TB/s over 132 SMs times
+// ~1 us of loaded latency: ~25 KB).
 // Why per-warp rings rather than one ring per block or a producer warp: private rings need
 // only __syncwarp, never a block barrier in the key loop, so no warp waits for another's
 // memory latency. (The copies' instructions do take the consumers' issue slots, which is what
 // limits batch 1: below.)
 // Head dim 256 uses 3 stages (16 KB per warp stage; 200 KB in all).
-// What holds batch 1 below the copy bandwidth (measured on the H100, issue 32): instructions.
+// What holds batch 1 below the copy bandwidth, as measured on the H100: instructions.
 // ncu finds one warp per scheduler (one block per SM) issuing an instruction every few cycles,
 // not waiting on memory, and counts hundreds of instructions per key tile, most of them on the
 // FMA and ALU pipes (the rescale of O, the softmax, the copies' address arithmetic), against a

@@ -136,7 +136,8 @@ def test_on_a_gpu_the_tasks_that_need_no_extension_run_beside_the_build(monkeypa
     assert out.index("######## build") < out.index("task1.test (ran beside the build)") \
         < out.index("output of task1.test") < out.index("######## task2.test")
     summary = out[out.index("######## summary"):].splitlines()[1:5]
-    assert [line.split()[1] for line in summary] == ["build", "task1.test", "task2.test", "task3.test"]
+    assert [line.split()[1] for line in summary] == ["build", "task1.test", "task2.test",
+                                                     "task3.test"]
     assert summary[3].startswith("  FAIL  task3.test")
     assert [line.endswith("(beside the build)") for line in summary] == [False, True, False, True]
 

@@ -24,8 +24,8 @@ from this module's cache instead of compiling the file a second time.
 The CPU build of torch ships the c10/ATen headers but not one header that its CUDA build
 generates (c10/cuda/impl/cuda_cmake_macros.h); when it is missing, an equivalent one-line
 stand-in is supplied from a temporary folder, removed when the process exits. Kernel files
-include only light headers (common/csrc/tensor_api.h: ATen's tensor, c10/cuda), which is also what keeps this check
-at seconds per file. Within one process a source is compiled once: results are kept by the
+include only light headers (common/csrc/tensor_api.h: ATen's tensor, c10/cuda), which is also
+what keeps this check at seconds per file. Within one process a source is compiled once: results are kept by the
 content of the source and of the repository headers it includes (so the skeleton's
 unchanged files cost nothing after the solution's).
 """

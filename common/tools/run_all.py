@@ -5,12 +5,12 @@
     python -m common.tools.run_all --tasks 1,3     # some tasks only
 
 The steps, each in its own process (a crash in one cannot take the others down), their
-output streaming live:
+output streaming live (but for the steps beside the build):
   build     every CUDA extension at once, side by side (common.tools.build_all): the
             builds are independent, and one after another they took three times as long.
-            The tasks that need no extension (those a CPU can run: tasks 1 and 3) run their
-            tests meanwhile, their output printed when the build is done: they check tiny
-            shapes and time nothing, and the build is bound by nvcc's CPU work;
+            The tasks that need no extension (those a CPU can run, with no compile.py: tasks
+            1 and 3) run their tests meanwhile, their output printed when the build is done:
+            they time nothing, and the build is bound by nvcc's CPU work;
   taskN     every task's test with all its check groups (the course protocol, the kernels
             against SDPA, the variants, the decode, the models), then GPT-2 generating
             (task7.inference --record);
@@ -42,6 +42,7 @@ if not __package__:  # run as a file, where `common` cannot be imported
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -95,7 +96,8 @@ def steps(tasks: list[int], bench: bool, gpu: bool = True,
         if (folder / "test.py").exists():
             plan.append(_test_step(
                 n, () if bench or manifest is None else manifest.everything_groups,
-                beside_build=gpu and manifest is not None and not manifest.needs_gpu))
+                beside_build=(gpu and manifest is not None and not manifest.needs_gpu
+                              and not (folder / "compile.py").exists())))
         if n == 7 and (folder / "inference.py").exists():
             plan.append(Step("task7.inference", ["task7.inference", "--record"]))
     if not gpu:
@@ -122,9 +124,14 @@ def run_step(step: Step, capture: bool = False) -> tuple[int, float, str]:
         step.report.unlink(missing_ok=True)
     start = time.perf_counter()
     command = [sys.executable, "-m", *step.module_args]
-    if capture:
-        proc = subprocess.run(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+    if capture:   # unbuffered, so that stderr's lines stay in place among stdout's
+        try:
+            proc = subprocess.run(command, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, errors="replace",
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        except OSError as err:   # the step failed, not the job
+            return (1, time.perf_counter() - start,
+                    f"[run_all] {step.name} could not start: {err}\n")
         return proc.returncode, time.perf_counter() - start, proc.stdout
     return subprocess.call(command, cwd=REPO_ROOT), time.perf_counter() - start, ""
 
@@ -144,8 +151,9 @@ def missed_targets(report: Path | None) -> int:
 def summary_lines(summary: list[tuple[str, int, float, int]],
                   skipped: list[tuple[str, str]], total_seconds: float,
                   beside_build: frozenset[str] = frozenset()) -> list[str]:
-    """One line per step (its time, targets missed; the steps that ran beside the build say so,
-    since their time is not added to the total), the skipped steps, then the count and total."""
+    """One line per step (its time, targets missed; the steps that ran beside the build say so:
+    their time overlapped the build's, within the job's wall time), the skipped steps, then the
+    count and the job's wall time."""
     lines = []
     for name, code, seconds, missed in summary:
         note = f"   {missed} target{'s' if missed != 1 else ''} missed (MISS)" \
