@@ -25,9 +25,9 @@ The CPU build of torch ships the c10/ATen headers but not one header that its CU
 generates (c10/cuda/impl/cuda_cmake_macros.h); when it is missing, an equivalent one-line
 stand-in is supplied from a temporary folder, removed when the process exits. Kernel files
 include only light headers (common/csrc/tensor_api.h: ATen's tensor, c10/cuda), which is also
-what keeps this check at seconds per file. Within one process a source is compiled once: results are kept by the
-content of the source and of the repository headers it includes (so the skeleton's
-unchanged files cost nothing after the solution's).
+what keeps this check at seconds per file. Within one process a source is compiled once:
+results are kept by the content of the source and of the repository headers it includes (so
+the skeleton's unchanged files cost nothing after the solution's).
 """
 
 from __future__ import annotations
