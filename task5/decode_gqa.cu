@@ -12,11 +12,11 @@
 //     block writes its range's normalised output in float32 and its base-2 log-sum-exp, and
 //     the last block of a row tile to finish merges them (merge_in_last_block, one launch in
 //     all; without counters, decode.cu's merge_lse_splits, the merge every such decode uses);
-//   * a multi-stage pipeline: within a block, each of the 4 warps streams its own slice of the
-//     block's keys (every 4th key tile) through a private ring of kStages shared-memory
-//     stages filled by cp.async, so kStages - 1 K/V tiles per warp (12 per block) are in
-//     flight while it computes on one; at the end the warps' partial softmax states are
-//     merged in shared memory.
+//   * a multi-stage pipeline: within a block, each of the kWarps warps streams its own slice of
+//     the block's keys (every kWarps-th key tile) through a private ring of kStages shared-memory
+//     stages filled by cp.async, so kStages - 1 K/V tiles per warp (16 per block at head dim
+//     128) are in flight while it computes on one; at the end the warps' partial softmax states
+//     are merged in shared memory.
 // Every attention variant is the predicate of common/csrc/attention_mask.cuh (KeyMask): the
 // key range [key_lo, key_hi) a tile's rows may see is computed on the device (key lengths,
 // varlen or left-padded, are read there, so a captured CUDA graph stays valid as they grow)
@@ -27,9 +27,9 @@
 // is, and a sink (sink_term) joins each row's denominator in split 0 only, so the merge
 // counts it exactly once. A row with no visible key (an empty sequence) outputs zeros.
 //
-// Tile shape and why. A block is 4 warps (128 threads) for the 16 query rows of one row tile
-// of one (sequence, KV head, split); G * S_q > 16 rows take several row tiles (grid
-// neighbours, so they share the K/V reads in L2). Each warp holds Q's A fragments in
+// Tile shape and why. A block is kWarps warps (8 at head dim 128, else 4) for the 16 query
+// rows of one row tile of one (sequence, KV head, split); G * S_q > 16 rows take several row
+// tiles (grid neighbours, so they share the K/V reads in L2). Each warp holds Q's A fragments in
 // registers (head dim <= 128; 256 re-reads them from shared memory with ldmatrix, its O
 // accumulator alone fills 128 registers) and an m16 x D fp32 O accumulator, and computes
 // S = Q K^T (ldmatrix), the online softmax over the quad of lanes that share a row, and
@@ -40,25 +40,29 @@
 // task 4's kernel above FlashAttention-2's bound (2 x PyTorch's error) in a bf16 MQA case;
 // the extra tensor-core work is cheap: a few dozen mma of the hundreds of instructions a key
 // tile costs (below). A warp's key tile is kTileKeys = 16 keys (32 at head dim 64): 8 KB of
-// K and V at head dim 128, so one stage is one 8 KB burst per warp and the 4-stage ring holds
-// 24 KB in flight per warp, 96 KB per block of 132 KB shared memory: one block per SM keeps
-// several times the bandwidth-latency product in flight (nominally ~3 TB/s over 132 SMs times
-// ~1 us of loaded latency: ~25 KB).
+// K and V at head dim 128, so one stage is one 8 KB burst per warp. At head dim 128 a block
+// is 8 warps with 3-stage rings (16 KB in flight per warp, 192 KB of rings per block), the
+// other head dims 4 warps with 4 stages (3 at 256): one block per SM keeps several times the
+// bandwidth-latency product in flight (nominally ~3 TB/s over 132 SMs times ~1 us of loaded
+// latency: ~25 KB).
 // Why per-warp rings rather than one ring per block or a producer warp: private rings need
 // only __syncwarp, never a block barrier in the key loop, so no warp waits for another's
 // memory latency. (The copies' instructions do take the consumers' issue slots, which is what
 // limits batch 1: below.)
 // Head dim 256 uses 3 stages (16 KB per warp stage; 200 KB in all).
-// What holds batch 1 below the copy bandwidth, as measured on the H100: instructions.
-// ncu finds one warp per scheduler (one block per SM) issuing an instruction every few cycles,
-// not waiting on memory, and counts hundreds of instructions per key tile, most of them on the
-// FMA and ALU pipes (the rescale of O, the softmax, the copies' address arithmetic), against a
-// few dozen mma (results/logs/h100_gqa_b1_hkv4_ncu_sections.txt, _ncu_instructions.txt). Two
-// blocks per SM on a 3-stage ring, which doubles the warps, measured slower at batch 1 (it also
-// doubles the splits and their merge; results/logs/h100_gqa_d128_stages_ab.json). So the next
-// step is fewer instructions per byte: O rescaled only when a row's maximum grows, the copies'
-// addresses stepped rather than recomputed (or one bulk TMA copy per tile), and the second P V
-// product (P's low bits) only where the element type needs it (bf16; fp16's P carries 11).
+// Why 8 warps at head dim 128, as measured on the H100. With 4 warps, ncu found one warp per
+// scheduler (one block per SM) issuing an instruction every ~3 cycles, not waiting on memory:
+// each warp's key tile is a chain of dependent steps (ldmatrix, mma, the row max and sum over
+// shuffles, exp2, mma), and one warp per scheduler leaves that chain's latency exposed
+// (results/logs/h100_gqa_b1_hkv4_ncu_sections.txt, _ncu_instructions.txt). Fewer instructions
+// per tile did not help: O rescaled only when a row's maximum grows and fp16's P without its
+// low-bits product changed nothing, and whole-tile copies with stepped addresses were slower
+// (results/logs/h100_gqa_lean_ab.json; branch gqa-fewer-instructions). Two warps per scheduler
+// did: 8 warps on 3-stage rings, one block per SM and the same split count, were 1-2.5% faster
+// than 4 warps on 4 stages on every measured shape (results/logs/h100_gqa_warps_ab.json), while
+// two 4-warp blocks per SM, which double the splits and their merge, were slower at batch 1
+// (results/logs/h100_gqa_d128_stages_ab.json).
+// What is left at batch 1 is a fixed cost per decode, not the streaming: see Results.md.
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
@@ -122,12 +126,12 @@ constexpr int kRowsPerTile = 16;     // the m16 of mma.sync.m16n8k16
 constexpr int kMaxQueryRows = 16;    // S_q per sequence (speculative decoding's few rows)
 
 // One configuration per head dim: keys per warp tile, stages of each warp's ring.
-template <int kHeadDim_, int kTileKeys_, int kStages_>
+template <int kHeadDim_, int kTileKeys_, int kStages_, int kWarps_ = 4>
 struct GqaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileKeys = kTileKeys_;
   static constexpr int kStages = kStages_;
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr bool kQInRegs = kHeadDim <= 128;
   using Smem = mma_attn::SmemLayout<kHeadDim>;
@@ -148,7 +152,7 @@ struct GqaConfig {
 };
 using GqaD64 = GqaConfig<64, 32, 4>;
 using GqaD96 = GqaConfig<96, 16, 4>;
-using GqaD128 = GqaConfig<128, 16, 4>;
+using GqaD128 = GqaConfig<128, 16, 3, 8>;  // two warps per scheduler: see the header
 using GqaD256 = GqaConfig<256, 16, 3>;
 
 // Strides in elements (last dimension contiguous): q and out [B, H_q, S_q, D]. Where the keys
@@ -357,7 +361,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   // BEGIN SOLUTION kernel
   // HINT: Optional extension (beyond the graded course): task 4's tensor-core tile with the
   // HINT: query heads of a KV head as its 16 rows; the block's key range (KeyMask, the window
-  // HINT: clipped before splitting) cut into splits, each warp streaming every 4th key tile
+  // HINT: clipped before splitting) cut into splits, each warp streaming every kWarps-th key tile
   // HINT: (rows addressed by KvLayout's Rows: load_kv_stage) through its own cp.async ring of
   // HINT: kStages stages, then the warps merged in shared memory and the normalised output
   // HINT: (one split) or float32 partial and lse written.

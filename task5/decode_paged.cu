@@ -10,7 +10,7 @@
 //
 // Tile shape and why. None of its own: the decode is task5/decode_gqa.cu's kernel, the same
 // body (the query heads of a KV head, times S_q <= 16 query rows, as the 16 rows of an
-// mma.sync tile; split-KV; a 4-stage cp.async ring per warp), instantiated with the paged
+// mma.sync tile; split-KV; a cp.async ring per warp), instantiated with the paged
 // address policy, so every variant the contiguous decode takes comes along: key lengths
 // (seq_lens, read on the device, so a captured CUDA graph stays valid as they grow and as
 // pages are added to the table), bottom-right causal S_q > 1 (a prefill chunk, speculative
