@@ -58,11 +58,17 @@
 // per tile did not help: O rescaled only when a row's maximum grows and fp16's P without its
 // low-bits product changed nothing, and whole-tile copies with stepped addresses were slower
 // (results/logs/h100_gqa_lean_ab.json; branch gqa-fewer-instructions). Two warps per scheduler
-// did: 8 warps on 3-stage rings, one block per SM and the same split count, were 1-2.5% faster
-// than 4 warps on 4 stages on every measured shape (results/logs/h100_gqa_warps_ab.json), while
+// did: 8 warps on 3-stage rings, one block per SM and the same split count, were faster than
+// 4 warps on 4 stages on every measured shape (results/logs/h100_gqa_warps_ab.json), while
 // two 4-warp blocks per SM, which double the splits and their merge, were slower at batch 1
 // (results/logs/h100_gqa_d128_stages_ab.json).
-// What is left at batch 1 is a fixed cost per decode, not the streaming: see Results.md.
+// Overlapped launches (device_values.cuh, programmatic dependent launch on Hopper): a decode is
+// launched so that its blocks start while the kernel before it finishes; before waiting for
+// it, each block asks L2 for its warps' first tiles (prefetch_first_tiles), so the first trip
+// to HBM overlaps the previous kernel's tail instead of following it. On the H100 this took
+// about a microsecond off every measured decode, most where the decode is short
+// (results/logs/h100_gqa_pdl_ab.json, one process, interleaved, against plain launches; it also
+// holds a context sweep at batch 1: time = a fixed cost per decode + bytes / bandwidth).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
@@ -175,6 +181,7 @@ struct GqaParams {
   // a row tile to finish merges them all (merge_in_last_block), so no merge kernel runs.
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
+  int prefetch;    // ask L2 for the first tiles before waiting for the kernel before (see below)
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -354,10 +361,54 @@ __device__ __forceinline__ void load_kv_stage(uint32_t k_tile, uint32_t v_tile, 
 // grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
 // row tile), the row tile fastest. See the top of the file.
 // KvLayout: where the keys are (ContiguousKv, or PagedKv of decode_paged.cuh).
+// Given: what a block does while the kernel before it in the stream finishes (an overlapped
+// launch, device_values.cuh): it asks L2 for the first kStages - 1 tiles of each of its warps,
+// which HBM can fetch meanwhile. Only where finding them needs no global read (a contiguous
+// cache, no key lengths on the device; the prefetch is a hint and cannot make a load see an
+// old value); the kernel's loads then find them in L2.
+template <typename Cfg, typename Element, typename KvLayout>
+__device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const KvLayout& kv_layout) {
+  if constexpr (std::is_same_v<KvLayout, ContiguousKv>) {
+    if (!p.prefetch || p.mask.key_lengths != nullptr) return;
+    constexpr int kT = Cfg::kTileKeys;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int64_t block = blockIdx.x;
+    const int row_tile = static_cast<int>(block % p.row_tiles);
+    block /= p.row_tiles;
+    const int split = static_cast<int>(block % p.num_splits);
+    const int64_t b_kv = block / p.num_splits;
+    const int64_t b = b_kv / p.heads_kv;
+    const int kv = static_cast<int>(b_kv % p.heads_kv);
+    const int row0 = row_tile * kRowsPerTile;
+    const int rows_here = min(kRowsPerTile, p.rows - row0);
+    const attn::KeyMask<true> range(p.mask, b, static_cast<int64_t>(kv) * p.group);
+    const int key_lo = max(range.keys_begin(row0 / p.group), 0);
+    const int key_hi = range.keys_end((row0 + rows_here - 1) / p.group);
+    const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
+    const int per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
+    const int tile_begin = min(split * per_split, n_tiles);
+    const int tile_end = min(tile_begin + per_split, n_tiles);
+    const typename ContiguousKv::template Rows<Element> rows(kv_layout, b, kv);
+    const unsigned row_bytes = static_cast<unsigned>(p.head_dim * sizeof(Element));
+    for (int s = 0; s < Cfg::kStages - 1; ++s) {
+      const int tile = tile_begin + warp + s * Cfg::kWarps;
+      for (int r = lane; r < 2 * kT && tile < tile_end; r += 32) {
+        const int key = key_lo + tile * kT + r % kT;
+        if (key >= key_hi) continue;
+        const KvRow<Element> row = rows.at(key);
+        attn::prefetch_to_l2(r < kT ? row.k : row.v, row_bytes);
+      }
+    }
+  }
+}
+
 template <typename Element, typename Cfg, typename KvLayout>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaParams p,
                                                                      const KvLayout kv_layout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  prefetch_first_tiles<Cfg, Element>(p, kv_layout);  // given: while the kernel before finishes
+  attn::wait_for_previous_kernel();  // given: q, the cache and the key lengths come from it
+  attn::let_next_kernel_start();
   // BEGIN SOLUTION kernel
   // HINT: Optional extension (beyond the graded course): task 4's tensor-core tile with the
   // HINT: query heads of a KV head as its 16 rows; the block's key range (KeyMask, the window
@@ -777,6 +828,10 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
   p.num_splits = static_cast<int>(num_splits);
   p.scale_log2 = static_cast<float>(LOG2_E * scale_value);
   p.out_vec16 = rows_aligned_16(result) ? 1 : 0;
+  // The overlapped launch and its prefetch (header); ATTN_GQA_OVERLAP=0 and ATTN_GQA_PREFETCH=0,
+  // read on every call so that one process can compare, switch them off.
+  const bool overlap = !attn::switched_off("ATTN_GQA_OVERLAP");
+  p.prefetch = overlap && attn::overlapped_launches_enabled() && !attn::switched_off("ATTN_GQA_PREFETCH");
 
   // The partials live until the merge has run (the caching allocator reuses the memory in
   // stream order, and inside a CUDA graph capture from the graph's pool).
@@ -794,9 +849,9 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
-      decode_gqa_kernel<Element, Cfg, KvLayout>
-          <<<static_cast<unsigned>(blocks), Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, kv_layout);
-      attn::check_launch("decode_gqa_kernel");
+      attn::launch_maybe_overlapped("decode_gqa_kernel", decode_gqa_kernel<Element, Cfg, KvLayout>,
+                                    dim3(static_cast<unsigned>(blocks)), dim3(Cfg::kThreads),
+                                    Cfg::kSmemBytes, overlap, stream, p, kv_layout);
       if (num_splits > 1 && p.counters == nullptr) {
         MergeParams<Element, float> merge{p.partial, p.lse, static_cast<Element*>(p.out),
                                           p.o_stride_b, p.o_stride_h, static_cast<int>(heads_q),

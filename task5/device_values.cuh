@@ -134,24 +134,31 @@ inline bool overlapped_launches_enabled() {
   return major[device] >= 9;
 }
 
-// kernel<<<grid, block, 0, stream>>>(args...), overlapped where it can be; raises with the
-// kernel's name if the launch fails (as check_launch does).
+// kernel<<<grid, block, smem_bytes, stream>>>(args...), overlapped where it can be and
+// `overlap` asks for it; raises with the kernel's name if the launch fails (as check_launch does).
 template <typename... Params, typename... Args>
-void launch_overlapped(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
-                       cudaStream_t stream, Args... args) {
+void launch_maybe_overlapped(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                             size_t smem_bytes, bool overlap, cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute overlap[1];
-  overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = overlap;
-  config.numAttrs = overlapped_launches_enabled() ? 1 : 0;
+  cudaLaunchAttribute overlap_attribute[1];
+  overlap_attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap_attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = overlap_attribute;
+  config.numAttrs = overlap && overlapped_launches_enabled() ? 1 : 0;
   const cudaError_t launched = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
   (void)cudaGetLastError();  // the error is reported here, once
   TORCH_CHECK(launched == cudaSuccess, attn::str(name, " failed to launch: ", cudaGetErrorString(launched)));
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...), overlapped where it can be.
+template <typename... Params, typename... Args>
+void launch_overlapped(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                       cudaStream_t stream, Args... args) {
+  launch_maybe_overlapped(name, kernel, grid, block, 0, true, stream, args...);
 }
 
 }  // namespace attn
