@@ -69,6 +69,9 @@
 // about a microsecond off every measured decode, most where the decode is short
 // (results/logs/h100_gqa_pdl_ab.json, one process, interleaved, against plain launches; it also
 // holds a context sweep at batch 1: time = a fixed cost per decode + bytes / bandwidth).
+// Prefetching 4 tiles per warp instead of kStages - 1 was slower at batch 64 and at batch 1 with
+// 8 KV heads, and two 4-warp blocks per SM for unsplit work changed nothing measurable
+// (results/logs/h100_gqa_prefetch_pair_ab.json).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
@@ -181,7 +184,7 @@ struct GqaParams {
   // a row tile to finish merges them all (merge_in_last_block), so no merge kernel runs.
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
-  int prefetch;    // ask L2 for the first tiles before waiting for the kernel before (see below)
+  int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -362,14 +365,15 @@ __device__ __forceinline__ void load_kv_stage(uint32_t k_tile, uint32_t v_tile, 
 // row tile), the row tile fastest. See the top of the file.
 // KvLayout: where the keys are (ContiguousKv, or PagedKv of decode_paged.cuh).
 // Given: what a block does while the kernel before it in the stream finishes (an overlapped
-// launch, device_values.cuh): it asks L2 for the first kStages - 1 tiles of each of its warps,
-// which HBM can fetch meanwhile. Only where finding them needs no global read (a contiguous
-// cache, no key lengths on the device; the prefetch is a hint and cannot make a load see an
-// old value); the kernel's loads then find them in L2.
+// launch, device_values.cuh): it asks L2 for the first p.prefetch tiles of each of its warps,
+// which HBM can fetch meanwhile, and the kernel's loads then find them in L2. A prefetch is a
+// hint and cannot make a load see an old value, so the key lengths it needs are read from L2
+// (__ldcg, never kept in L1: the kernel's own read after the wait cannot meet a stale line).
+// A contiguous cache only: the paged cache's block table would be read before the wait.
 template <typename Cfg, typename Element, typename KvLayout>
 __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const KvLayout& kv_layout) {
   if constexpr (std::is_same_v<KvLayout, ContiguousKv>) {
-    if (!p.prefetch || p.mask.key_lengths != nullptr) return;
+    if (p.prefetch <= 0) return;
     constexpr int kT = Cfg::kTileKeys;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int64_t block = blockIdx.x;
@@ -381,7 +385,16 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
     const int kv = static_cast<int>(b_kv % p.heads_kv);
     const int row0 = row_tile * kRowsPerTile;
     const int rows_here = min(kRowsPerTile, p.rows - row0);
-    const attn::KeyMask<true> range(p.mask, b, static_cast<int64_t>(kv) * p.group);
+    attn::MaskParams mask = p.mask;
+    mask.key_lengths = nullptr;
+    attn::KeyMask<true> range(mask, b, static_cast<int64_t>(kv) * p.group);
+    if (p.mask.key_lengths != nullptr) {  // as KeyMask reads it, but from L2
+      const int length = min(max(__ldcg(p.mask.key_lengths + b * p.mask.key_lengths_stride), 0),
+                             p.mask.seq_k);
+      if (p.mask.left_padding) range.key_begin = p.mask.seq_k - length;
+      else range.key_end = length;
+      range.offset = range.key_end - range.seq_q;
+    }
     const int key_lo = max(range.keys_begin(row0 / p.group), 0);
     const int key_hi = range.keys_end((row0 + rows_here - 1) / p.group);
     const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
@@ -390,7 +403,7 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
     const int tile_end = min(tile_begin + per_split, n_tiles);
     const typename ContiguousKv::template Rows<Element> rows(kv_layout, b, kv);
     const unsigned row_bytes = static_cast<unsigned>(p.head_dim * sizeof(Element));
-    for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    for (int s = 0; s < p.prefetch; ++s) {
       const int tile = tile_begin + warp + s * Cfg::kWarps;
       for (int r = lane; r < 2 * kT && tile < tile_end; r += 32) {
         const int key = key_lo + tile * kT + r % kT;
@@ -831,7 +844,7 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
   // The overlapped launch and its prefetch (header); ATTN_GQA_OVERLAP=0 and ATTN_GQA_PREFETCH=0,
   // read on every call so that one process can compare, switch them off.
   const bool overlap = !attn::switched_off("ATTN_GQA_OVERLAP");
-  p.prefetch = overlap && attn::overlapped_launches_enabled() && !attn::switched_off("ATTN_GQA_PREFETCH");
+  const bool prefetch = overlap && attn::overlapped_launches_enabled() && !attn::switched_off("ATTN_GQA_PREFETCH");
 
   // The partials live until the merge has run (the caching allocator reuses the memory in
   // stream order, and inside a CUDA graph capture from the graph's pool).
@@ -849,6 +862,7 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
+      p.prefetch = prefetch ? Cfg::kStages - 1 : 0;  // the tiles its ring would hold in flight
       attn::launch_maybe_overlapped("decode_gqa_kernel", decode_gqa_kernel<Element, Cfg, KvLayout>,
                                     dim3(static_cast<unsigned>(blocks)), dim3(Cfg::kThreads),
                                     Cfg::kSmemBytes, overlap, stream, p, kv_layout);

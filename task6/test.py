@@ -497,6 +497,7 @@ def prefill_flops(model: customModel, batch: int, prompt: int) -> float:
 PROFILE_MATCH = (("swiglu", ("decode_linear_kernel<",), ", true, "),
                  ("linear", ("decode_linear_kernel<",), ""),
                  ("attention", ("decode_split_kernel", "combine_splits_kernel", "decode_grouped_kernel",
+                                "decode_gqa_kernel",
                                 "merge_splits_kernel", "flash_attention"), ""),
                  ("norm", ("norm_kernel",), ""),
                  ("rope_append", ("rope_append_kernel",), ""))

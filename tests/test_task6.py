@@ -501,6 +501,9 @@ def test_decode_profile_sorts_each_kernel_into_its_kind():
     assert kind(linear.format("__nv_bfloat16, 4, false, 2")) == "linear"
     assert kind(linear.format("float, 4, false, 4")) == "linear"
     assert kind("void (anonymous namespace)::decode_split_kernel<__half, true>(P)") == "attention"
+    gqa = ("void (anonymous namespace)::decode_gqa_kernel<__nv_bfloat16, (anonymous namespace)::"
+           "GqaConfig<128, 16, 3, 8>, (anonymous namespace)::ContiguousKv>(GqaParams, ContiguousKv)")
+    assert kind(gqa) == "attention"   # the grouped-query model's decode (task 6's GQA configuration)
     assert kind("void (anonymous namespace)::norm_kernel<float, true>(NormParams<float>)") == "norm"
     assert kind("void (anonymous namespace)::rope_append_kernel<float>(P)") == "rope_append"
     assert kind("void at::native::vectorized_elementwise_kernel<4, FillFunctor<long>>") == "other"
