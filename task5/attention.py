@@ -259,21 +259,40 @@ GQA_MAX_HEAD_DIM = 256          # its widest instantiation (common.limits.MAX_HE
 # counts that fill the most SMs in one wave fastest; at 85% the heuristic left 12-16 SMs idle
 # (results/logs/h100_gqa_splits_merge_ab.json, which also shows the merge's loads are not what
 # costs: issuing eight splits' loads at once changed nothing).
+# A batch whose key lengths differ (key_lengths, several sequences): the blocks of the short
+# sequences finish early and leave their SMs idle while the longest sequence's run. Twice the
+# splits puts a second wave behind the first for those SMs to take, where the split count was
+# more than 1 (a GPU already full of unsplit blocks balances itself) and each warp keeps at
+# least GQA_LENGTHS_VARY_MIN_TILES_PER_WARP tiles. Measured on the H100 (fp16 D 128, left
+# padded, results/logs/h100_gqa_varlen_splits.json): B 8 ctx 8192 is fastest at 4 splits
+# (the heuristic's 2 doubled), B 4 ctx 4096 at 4 (8 would leave 4 tiles per warp), B 64 ctx
+# 1024 at 1.
 GQA_FULL_WAVE = 0.8
 GQA_WAVE_EFFICIENCY = 0.95
 GQA_MIN_TILES_PER_WARP = 2
+GQA_LENGTHS_VARY_MIN_TILES_PER_WARP = 8
 GQA_MAX_SPLITS = 128
 
 
 def choose_gqa_splits(blocks: int, key_tiles: int, warps: int, slots: int,
-                      max_splits: int = GQA_MAX_SPLITS) -> int:
+                      max_splits: int = GQA_MAX_SPLITS, lengths_vary: bool = False) -> int:
     """How many key ranges decode_gqa.cu cuts the keys of each (sequence, KV head, row tile)
     into: 1 = no split.
 
     blocks: the unsplit blocks, batch * H_kv * row tiles; key_tiles: the key tiles a block
     may read (the cache's capacity or the window, in the kernel's tiles of keys per warp);
-    warps: per block; slots: the blocks resident at once, SMs x blocks per SM.
+    warps: per block; slots: the blocks resident at once, SMs x blocks per SM; lengths_vary:
+    several sequences whose key lengths (read on the device) may differ.
     """
+    splits = _wave_splits(blocks, key_tiles, warps, slots, max_splits)
+    if lengths_vary and splits > 1:
+        limit = key_tiles // (GQA_LENGTHS_VARY_MIN_TILES_PER_WARP * warps)
+        splits = max(splits, min(2 * splits, limit, max_splits))
+    return splits
+
+
+def _wave_splits(blocks: int, key_tiles: int, warps: int, slots: int, max_splits: int) -> int:
+    """choose_gqa_splits for sequences of one length: FlashAttention-3's wave efficiency."""
     if blocks <= 0 or key_tiles <= 0 or warps <= 0 or slots <= 0:
         return 1
     if blocks >= GQA_FULL_WAVE * slots:
@@ -307,16 +326,22 @@ def _gqa_kernel_applies(q, k) -> bool:
     return _gqa_geometry(q.device.index, head_dim, q.dtype == torch.bfloat16)[2] > 0
 
 
-def gqa_num_splits(q, k, causal: bool = False, window: int | None = None) -> int:
+def gqa_num_splits(q, k, causal: bool = False, window: int | None = None,
+                   key_lengths: torch.Tensor | None = None) -> int:
     """The split count decode_gqa.cu runs q [B, H_q, S_q, D] against k [B, H_kv, S_k, D] with
-    (choose_gqa_splits on this GPU): from S_k, or the window, never from lengths on the device,
-    so that a captured CUDA graph does not depend on them."""
-    return _gqa_splits_for(q, k.shape[1], k.shape[2], causal, window)
+    (choose_gqa_splits on this GPU): from S_k, or the window, and whether key lengths are given
+    for several sequences, never from the lengths' values on the device, so that a captured
+    CUDA graph does not depend on them."""
+    return _gqa_splits_for(q, k.shape[1], k.shape[2], causal, window,
+                           lengths_vary=(key_lengths is not None and key_lengths.dim() > 0
+                                         and q.shape[0] > 1))
 
 
-def _gqa_splits_for(q, heads_kv: int, seq_k: int, causal: bool, window: int | None) -> int:
+def _gqa_splits_for(q, heads_kv: int, seq_k: int, causal: bool, window: int | None,
+                    lengths_vary: bool = False) -> int:
     """gqa_num_splits for a cache of heads_kv KV heads and seq_k keys per sequence at most (a
-    paged cache: max_pages * page_size)."""
+    paged cache: max_pages * page_size; its seq_lens count as one length, as the paged bench's
+    equal lengths measured)."""
     batch, heads_q, seq_q, head_dim = q.shape
     tile_keys, warps, per_sm = _gqa_geometry(q.device.index, head_dim, q.dtype == torch.bfloat16)
     keys = seq_k
@@ -324,13 +349,13 @@ def _gqa_splits_for(q, heads_kv: int, seq_k: int, causal: bool, window: int | No
         keys = min(seq_k, window + seq_q - 1 if causal else 2 * window + seq_q - 2)
     row_tiles = math.ceil(heads_q // heads_kv * seq_q / 16)
     return choose_gqa_splits(batch * heads_kv * row_tiles, math.ceil(keys / tile_keys), warps,
-                             _num_sms(q.device.index) * per_sm)
+                             _num_sms(q.device.index) * per_sm, lengths_vary=lengths_vary)
 
 
 def _decode_gqa(q, k, v, causal, window, stride, mask, key_lengths, left_padding, out,
                 num_splits, softcap, sinks, scale):
     if num_splits is None:
-        num_splits = gqa_num_splits(q, k, causal, window)
+        num_splits = gqa_num_splits(q, k, causal, window, key_lengths)
     return call_extension(_ext().decode_attention_gqa, q, k, v, causal, window, stride, mask,
                           key_lengths, left_padding, softcap, sinks, scale, num_splits, out)
 

@@ -77,8 +77,9 @@
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
 // (sequence, KV head, row tile) blocks nearly fill the GPU's resident blocks, else the fewest
 // splits whose wave of blocks is within 95% of the best wave efficiency, never so many that a
-// split has less than two tiles per warp. It depends on the cache's capacity (and the
-// window), never on lengths read on the device.
+// split has less than two tiles per warp; twice that where key lengths of several sequences
+// may differ (so SMs whose short sequences finish early find a second wave of blocks). It
+// depends on the cache's capacity (and the window), never on lengths read on the device.
 //
 // Where it runs (task5/attention.py, _decode_grouped_routed and attention): fp16/bf16 decode
 // with G >= 2 and S_q <= 16, every variant. MHA (G = 1; the kernel takes it, and the tests

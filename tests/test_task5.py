@@ -67,6 +67,24 @@ def test_gqa_split_heuristic():
     assert choose(0, 10, 4, 132) == choose(8, 0, 4, 132) == choose(8, 10, 4, 0) == 1
 
 
+def test_gqa_split_heuristic_when_lengths_vary():
+    """Key lengths that differ between sequences: twice the splits where the GPU was not full
+    of unsplit blocks and each warp keeps 8 tiles (8 warps, 16-key tiles: D 128)."""
+    choose = attention.choose_gqa_splits
+    # B 8, 8 KV heads, ctx 8192: 2 -> 4 (measured fastest left-padded)
+    assert choose(64, 8192 // 16, 8, 132) == 2
+    assert choose(64, 8192 // 16, 8, 132, lengths_vary=True) == 4
+    # B 4 ctx 4096: 4 splits already leave 8 tiles per warp
+    assert choose(32, 4096 // 16, 8, 132, lengths_vary=True) == choose(32, 4096 // 16, 8, 132) == 4
+    # B 64 ctx 1024 fills the GPU unsplit; B 8 ctx 1024 has too few tiles to split more
+    assert choose(512, 1024 // 16, 8, 132, lengths_vary=True) == 1
+    assert choose(64, 1024 // 16, 8, 132, lengths_vary=True) == choose(64, 1024 // 16, 8, 132)
+    for blocks in (1, 3, 8, 64, 105, 400):
+        for tiles in (1, 7, 64, 2048, 10**6):
+            plain = choose(blocks, tiles, 8, 132)
+            assert plain <= choose(blocks, tiles, 8, 132, lengths_vary=True) <= max(2 * plain, 1)
+
+
 def test_gqa_split_count_depends_on_capacity_and_window_not_lengths(monkeypatch):
     """The count comes from the cache's capacity (or the window), so a captured CUDA graph
     does not depend on the lengths read on the device; more query rows are more row tiles."""
@@ -79,6 +97,15 @@ def test_gqa_split_count_depends_on_capacity_and_window_not_lengths(monkeypatch)
     # 16 query rows of 4 heads per KV head: 4 row tiles per KV head
     q16 = torch.empty(1, 32, 16, 128)
     assert attention.gqa_num_splits(q16, k) == attention.choose_gqa_splits(32, 256, 4, 132)
+    # key lengths of several sequences may differ: twice the splits (test above); one
+    # sequence, or one length for all (0-d), may not
+    q8, k8 = torch.empty(8, 32, 1, 128), torch.empty(8, 8, 8192, 128)
+    lengths = torch.full((8,), 100, dtype=torch.int32)
+    assert attention.gqa_num_splits(q8, k8) == attention.choose_gqa_splits(64, 512, 4, 132)
+    assert attention.gqa_num_splits(q8, k8, True, None, lengths) == attention.choose_gqa_splits(
+        64, 512, 4, 132, lengths_vary=True)
+    assert attention.gqa_num_splits(q8, k8, True, None, lengths[0]) == attention.gqa_num_splits(q8, k8)
+    assert attention.gqa_num_splits(q, k, True, None, lengths[:1]) == attention.gqa_num_splits(q, k)
     # CPU tensors never route to the kernel
     assert not attention._gqa_kernel_applies(q, k)
 
