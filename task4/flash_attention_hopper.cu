@@ -63,6 +63,15 @@
 //       one-warpgroup CTAs with 12, and v2 was the fastest rung there (ncu figures in
 //       task4/NOTES.md). v6 computes with 12 warps and keeps the turns and the overlap;
 //       flash_attention runs it at 64 without a mask (with the causal mask v2 measured faster).
+//   v7  v5 persistent (FlashAttention-3's tile scheduler): one CTA per SM, resident for good,
+//       takes work tiles (query tile, head) one after another: the first its own, then the
+//       next untaken one (an atomic counter, so short causal tiles balance). The producer
+//       loads the next tile's Q once both consumers' last S = Q K^T is in (a Q-empty
+//       mbarrier) and its K/V as stages free up, during this tile's last P V and epilogue;
+//       O is staged in a buffer of its own. A CTA of v1-v6 spends its start and its end with
+//       the tensor cores idle, which at S 1024 (8 key tiles) is a large part of its life.
+//       Dense attention only (a variant runs as v5). Which rung flash_attention runs per
+//       dtype, head_dim, mask and length is measured (task4/hopper_routing.json).
 //
 // What this kernel takes (hopper_supports; everything else runs on the mma.sync kernel):
 // fp16/bf16, head_dim 64 or 128, causal (bottom-right aligned when Sq != Sk) or not, GQA/MQA,
@@ -91,6 +100,7 @@
 //           documentation of cuTensorMapEncodeTiled (box and stride rules).
 //   [ptx]   PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply" and "mbarrier".
 
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include "tensor_api.h"
@@ -149,6 +159,8 @@ struct Params : mma_attn::Params {
   int64_t summary_batch_stride = 0;  // bytes between batches' summaries; 0: broadcast mask
   int64_t summary_head_stride = 0;   // bytes between heads' summaries; 0: broadcast mask
   int summary_key_tiles = 0;         // key tiles per query tile (ceil(S_k / kBlockN))
+  // v7: the work tiles handed out so far beyond the first gridDim.x (zeroed before the launch).
+  int* tile_counter = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -175,8 +187,11 @@ struct Tile {
   static constexpr bool kWarpSpecialized = kVersion >= 3;
   static constexpr bool kIntraOverlap = kVersion >= 4;  // softmax[j] overlaps P[j-1] V[j-1]
   static constexpr bool kPingPong = kVersion >= 5;      // the consumers take turns at wgmma
+  // v7: v5's CTA resident for good, walking work tiles (query tile, head) in turn, with O
+  // staged in its own buffer so the next tile's Q and K/V load during this one's epilogue.
+  static constexpr bool kPersistent = kVersion == 7;
   // Warpgroups that compute: 1, then 2; v6 (head_dim 64 only) 3, each at 160 registers.
-  static constexpr int kConsumers = kVersion >= 6 ? 3 : kWarpSpecialized ? 2 : 1;
+  static constexpr int kConsumers = kVersion == 6 ? 3 : kWarpSpecialized ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
 
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
@@ -191,8 +206,10 @@ struct Tile {
   static constexpr int kOffQ = 0;
   static constexpr int kOffK = kOffQ + kQBytes;
   static constexpr int kOffV = kOffK + kStages * kKVBytes;
-  static constexpr int kOffBarriers = kOffV + kStages * kKVBytes;
-  static constexpr int kNumBarriers = 1 + 4 * kStages;  // Q full, K/V full, K/V empty
+  static constexpr int kOffO = kOffV + kStages * kKVBytes;  // v7: O's staging (else in Q's)
+  static constexpr int kOffBarriers = kOffO + (kPersistent ? kQBytes : 0);
+  // Q full, K/V full, K/V empty; v7 also Q empty and (8 bytes) the next work tile's index.
+  static constexpr int kNumBarriers = 1 + 4 * kStages + (kPersistent ? 2 : 0);
   static constexpr int kSmemBytes = kOffBarriers + 8 * kNumBarriers + 1024;  // + alignment slack
   // Registers a warpgroup keeps after setmaxnreg (v3-v6): 128 * (24 + 2 * 240) <= 65536 with
   // two consumers, 128 * (24 + 3 * 160) <= 65536 with three.
@@ -201,7 +218,8 @@ struct Tile {
   static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536 || !kWarpSpecialized,
                 "the warpgroups' registers fit the register file");
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim 64 or 128");
-  static_assert(kVersion < 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
+  static_assert(kVersion != 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
+  static_assert(!kPersistent || !kGeneral, "v7 runs dense attention");
   static_assert(!kSoftcap || (kGeneral && kVersion == 5), "the softcap runs on the general v5");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles stay 1024-byte aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H100 CTA's shared memory");
@@ -971,15 +989,14 @@ struct CtaWork {
   }
 };
 
+// The work of query tile m_tile of (batch, head) bh.
 template <typename Cfg>
-__device__ __forceinline__ CtaWork cta_work(const Params& p) {
+__device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int64_t bh) {
   CtaWork w;
-  // Grid: x = query tiles, heaviest (last, under the causal mask) first; y/z = batch * heads.
-  w.bh = static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+  w.bh = bh;
   w.batch = w.bh / p.heads;
   w.head = w.bh % p.heads;
   w.kv_head = w.head / p.kv_group;  // GQA: the query heads of a group share K/V
-  const int m_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);
   w.m_start = m_tile * Cfg::kBlockM;
   w.summary = nullptr;
   attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
@@ -1000,6 +1017,30 @@ __device__ __forceinline__ CtaWork cta_work(const Params& p) {
   w.unmasked_begin = (unmasked.x + Cfg::kBlockN - 1) / Cfg::kBlockN;
   w.unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / Cfg::kBlockN : 0;
   return w;
+}
+
+// v1-v6: the CTA's own tile. Grid: x = query tiles, heaviest (last, under the causal mask)
+// first; y/z = batch * heads.
+template <typename Cfg>
+__device__ __forceinline__ CtaWork cta_work(const Params& p) {
+  return cta_work_at<Cfg>(p, static_cast<int>(gridDim.x - 1 - blockIdx.x),
+                          static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y);
+}
+
+// v7: the work tiles, numbered heads-major with each head's query tiles heaviest first (the
+// order v1-v6's grid launches them in, so the CTAs at work at one time share few heads' K/V in
+// L2). CTA c starts with tile c; each later tile is the next one not yet taken (an atomic
+// counter): greedy, so a CTA that drew short causal tiles takes more of them. (Dealt in turn,
+// c, c + gridDim.x, ..., a CTA at S 1024 saw only two of the 8 query tiles of a head, always
+// the same two: up to twice another CTA's work under the causal mask.)
+template <typename Cfg>
+__device__ __forceinline__ int64_t work_tiles(const Params& p) {
+  return static_cast<int64_t>((p.seq_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * p.batch_heads;
+}
+template <typename Cfg>
+__device__ __forceinline__ CtaWork work_tile(const Params& p, int64_t tile) {
+  const int m_tiles = (p.seq_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  return cta_work_at<Cfg>(p, m_tiles - 1 - static_cast<int>(tile % m_tiles), tile / m_tiles);
 }
 
 // The highest key tile <= n that the CTA visits, or a value below w.n_first when none is left;
@@ -1062,6 +1103,7 @@ __device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], con
 template <typename Cfg>
 struct SmemTiles {
   unsigned char* q_ptr;  // the Q tile, as a pointer (the epilogue stages O there)
+  unsigned char* o_ptr;  // where the epilogue stages O: Q's tile, or v7's own buffer
   uint32_t q, k, v, barriers;
   __device__ __forceinline__ uint32_t k_stage(int s) const { return k + s * Cfg::kKVBytes; }
   __device__ __forceinline__ uint32_t v_stage(int s) const { return v + s * Cfg::kKVBytes; }
@@ -1071,11 +1113,19 @@ struct SmemTiles {
   __device__ __forceinline__ uint32_t v_full(int s) const { return barriers + 8 * (1 + Cfg::kStages + s); }
   __device__ __forceinline__ uint32_t k_empty(int s) const { return barriers + 8 * (1 + 2 * Cfg::kStages + s); }
   __device__ __forceinline__ uint32_t v_empty(int s) const { return barriers + 8 * (1 + 3 * Cfg::kStages + s); }
+  // v7: the consumers are done reading Q (a completion per work tile).
+  __device__ __forceinline__ uint32_t q_empty() const { return barriers + 8 * (1 + 4 * Cfg::kStages); }
+  // v7: the work tile the producer loaded Q for (written before q_full's arrival, read after
+  // its wait).
+  __device__ __forceinline__ volatile int64_t* work_tile_slot() const {
+    return reinterpret_cast<volatile int64_t*>(q_ptr + Cfg::kOffBarriers + 8 * (2 + 4 * Cfg::kStages));
+  }
 
   __device__ __forceinline__ explicit SmemTiles(unsigned char* raw) {
     const uint32_t raw_u32 = mma_attn::smem_u32(raw);
     const uint32_t base = (raw_u32 + 1023u) & ~1023u;
     q_ptr = raw + (base - raw_u32);
+    o_ptr = q_ptr + (Cfg::kPersistent ? Cfg::kOffO : Cfg::kOffQ);
     q = base + Cfg::kOffQ;
     k = base + Cfg::kOffK;
     v = base + Cfg::kOffV;
@@ -1254,23 +1304,32 @@ __device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
 // consumers issue their wgmma in turn, so one's softmax runs while another's products occupy
 // the tensor cores. The last consumer hands consumer 0 the first turn, and skips its last
 // hand-over, so that every named barrier ends with as many arrivals as waits. v6 is v5 with
-// three consumers (head_dim 64).
+// three consumers (head_dim 64). v7 calls it once per work tile: j0 is the key tiles the CTA
+// visited before (the ring's stages and parities go on from there), `visited` gets this
+// tile's count, and each warp arrives on q_empty (when not 0) once its last S = Q K^T is in.
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWork& w,
                                                    const SmemTiles<Cfg>& smem, RowState<Cfg>& st,
                                                    const attn::KeyMask<Cfg::kGeneral>& mask, uint32_t q_rows,
-                                                   int row0, int col_in_tile, int consumer, int lane) {
+                                                   int row0, int col_in_tile, int consumer, int lane,
+                                                   int j0, int& visited, uint32_t q_empty) {
   // BEGIN SOLUTION kernel
   // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1: wait K[j] and
   // HINT: V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask + softmax_update,
   // HINT: wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]. Last: O += P V of the last tile.
+  // HINT: Tile j uses stage (j0 + j) % kStages, parity ((j0 + j) / kStages) & 1; set `visited`
+  // HINT: and release q_empty (when not 0) once the last S is in, and when no tile is visited.
   constexpr int kStages = Cfg::kStages;
   // The visited key tiles, highest first (visited_tile): j counts them, n_block is the j-th.
   int kind;
   int n_block = visited_tile<Cfg>(w, w.n_block(0), kind);
-  if (n_block < w.n_first) return;  // no key tile: zeros (uniform over the CTA)
-  auto stage_of = [](int j) { return j % kStages; };
-  auto parity_of = [](int j) { return static_cast<uint32_t>((j / kStages) & 1); };
+  visited = 0;
+  if (n_block < w.n_first) {  // no key tile: zeros (uniform over the CTA)
+    if (q_empty != 0) release_stage(q_empty, lane);
+    return;
+  }
+  auto stage_of = [j0](int j) { return (j0 + j) % kStages; };
+  auto parity_of = [j0](int j) { return static_cast<uint32_t>(((j0 + j) / kStages) & 1); };
   constexpr int kLast = Cfg::kConsumers - 1;
   auto my_turn = [&]() { if constexpr (Cfg::kPingPong) wait_for_turn(consumer); };
   // Every issue point hands the turn on, but the last consumer's last one (see above).
@@ -1287,16 +1346,16 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   PFragments<Cfg> a;
   float correction[2];
   // Tile 0 (the highest key block): scores, mask, softmax; O is still zero.
-  mbarrier_wait(smem.k_full(0), 0);
+  mbarrier_wait(smem.k_full(stage_of(0)), parity_of(0));
   my_turn();
-  issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(0));
+  issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage_of(0)));
   end_turn(false);
   // The next visited tile is looked up while the tensor cores run (the summary's bytes).
   int next_kind;
   int next = visited_tile<Cfg>(w, n_block - 1, next_kind);
   wgmma_wait<0>();
   fence_registers(s);
-  release_stage(smem.k_empty(0), lane);
+  release_stage(smem.k_empty(stage_of(0)), lane);
   prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
   softmax_update<Cfg>(s, st, p.scale_log2, correction);
   pack_p<Element, Cfg>(a, s);
@@ -1336,6 +1395,9 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     rescale_o<Cfg>(st, correction);
     pack_p<Element, Cfg>(a, s);
   }
+  // Q is read no more (the last S is in): v7's producer may load the next tile's.
+  if (q_empty != 0) release_stage(q_empty, lane);
+  visited = j;
   // The last tile's P V (tile j - 1: j tiles were visited).
   mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
   my_turn();
@@ -1415,7 +1477,9 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
 
     mbarrier_wait(smem.q_full(), 0);
     if constexpr (Cfg::kIntraOverlap) {
-      consume_overlapped<Element, Cfg>(p, w, smem, st, mask, q_rows, row0, col_in_tile, consumer, lane);
+      int visited = 0;
+      consume_overlapped<Element, Cfg>(p, w, smem, st, mask, q_rows, row0, col_in_tile, consumer, lane,
+                                       0, visited, 0);
     } else {
       int kind, j = 0;
       for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
@@ -1439,6 +1503,105 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
   // END SOLUTION
 }
 
+// ---- v7: v5 persistent: one CTA per SM walks the work tiles ----
+// v1-v6 launch one CTA per (query tile, head): it starts by loading its Q and first K/V tiles
+// and ends writing O, and while it does either, the SM's tensor cores wait (at S 1024 a CTA
+// visits only 8 key tiles, so that start and end are a large part of its time). v7's CTAs stay
+// resident and take the work tiles in turn (work_tile): the producer loads the next tile's Q
+// as soon as both consumers' last S = Q K^T is in (q_empty), and the next K/V tiles as stages
+// free up, so they arrive during this tile's last P V and its epilogue; O is staged in a buffer
+// of its own (the next Q lands in Q's). The consumers' key loop is v5's (consume_overlapped),
+// the ring's stage and parity counters running on across tiles (j0).
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void attention_v7(const Params& p, unsigned char* smem_raw,
+                                             const CUtensorMap* map_q, const CUtensorMap* map_k,
+                                             const CUtensorMap* map_v) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: v5's roles in a loop over work tiles (work_tile): blockIdx.x first,
+  // HINT: then atomicAdd(p.tile_counter, 1) + gridDim.x. Producer: before tile i's Q, wait q_empty's
+  // HINT: (i-1)-th completion and write the tile's index to work_tile_slot (past the last: plain
+  // HINT: arrive on q_full, stop); count K/V tiles across work tiles. Consumers: wait q_full's i-th
+  // HINT: completion, read the slot, consume_overlapped with j0 and q_empty, write_output to o_ptr.
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kConsumerWarps = 4 * Cfg::kConsumers;
+  const int tid = threadIdx.x;
+  const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const SmemTiles<Cfg> smem(smem_raw);
+  const int64_t tiles = work_tiles<Cfg>(p);
+
+  if (tid == 0) {
+    mbarrier_init(smem.q_full(), 1);
+    mbarrier_init(smem.q_empty(), kConsumerWarps);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(smem.k_full(s), 1);
+      mbarrier_init(smem.v_full(s), 1);
+      mbarrier_init(smem.k_empty(s), kConsumerWarps);
+      mbarrier_init(smem.v_empty(s), kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if (tid == 0) {
+      int j = 0;  // key tiles loaded so far, over every work tile
+      int64_t tile = blockIdx.x;
+      for (int i = 0;; ++i) {
+        // The consumers are done with the previous tile's Q and have read its index.
+        if (i > 0) mbarrier_wait(smem.q_empty(), static_cast<uint32_t>((i - 1) & 1));
+        *smem.work_tile_slot() = tile;
+        if (tile >= tiles) {  // no work left: wake the consumers to read that and stop
+          mbarrier_arrive(smem.q_full());
+          break;
+        }
+        const CtaWork w = work_tile<Cfg>(p, tile);
+        mbarrier_arrive_expect_tx(smem.q_full(), Cfg::kQBytes);
+        load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), w.m_start,
+                                                   static_cast<int>(w.head), static_cast<int>(w.batch));
+        // The next tile is claimed now; the atomic's round trip overlaps this tile's loads.
+        const int64_t next = atomicAdd(p.tile_counter, 1) + static_cast<int64_t>(gridDim.x);
+        int kind;
+        for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
+             n_block = visited_tile<Cfg>(w, n_block - 1, kind), ++j) {
+          const int stage = j % kStages;
+          const uint32_t parity = ((j / kStages) - 1) & 1;
+          if (j >= kStages) mbarrier_wait(smem.k_empty(stage), parity);
+          issue_kv_tile<Cfg>(smem.k_stage(stage), map_k, smem.k_full(stage), n_block, w);
+          if (j >= kStages) mbarrier_wait(smem.v_empty(stage), parity);
+          issue_kv_tile<Cfg>(smem.v_stage(stage), map_v, smem.v_full(stage), n_block, w);
+        }
+        tile = next;
+      }
+    }
+  } else {
+    setmaxnreg_inc<Cfg::kConsumerRegisters>();
+    const int consumer = warpgroup - 1;
+    const int thread_in_wg = tid - 128 * warpgroup;
+    const int lane = tid & 31;
+    const uint32_t q_rows = smem.q + consumer * 64 * 128;
+    int j0 = 0;  // key tiles visited so far, over every work tile
+    for (int i = 0;; ++i) {
+      mbarrier_wait(smem.q_full(), static_cast<uint32_t>(i & 1));
+      const int64_t tile = *smem.work_tile_slot();
+      if (tile >= tiles) break;
+      const CtaWork w = work_tile<Cfg>(p, tile);
+      RowState<Cfg> st;
+      init_row_state(st);
+      const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
+      const int row0 = w.m_start + 64 * consumer + 16 * (thread_in_wg >> 5) + (lane >> 2);
+      const int col_in_tile = 2 * (lane & 3);
+      int visited = 0;
+      consume_overlapped<Element, Cfg>(p, w, smem, st, mask, q_rows, row0, col_in_tile, consumer, lane,
+                                       j0, visited, smem.q_empty());
+      write_output<Element, Cfg>(p, st, smem.o_ptr, consumer, w.m_start, w.bh, w.batch, w.head,
+                                 thread_in_wg);
+      j0 += visited;
+    }
+  }
+  // END SOLUTION
+}
+
 template <typename Element, typename Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     flash_attention_hopper_kernel(const Params p, const __grid_constant__ CUtensorMap map_q,
@@ -1453,6 +1616,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     attention_v1<Element, Cfg>(p, smem_raw);
   } else if constexpr (Cfg::kVersion == 2) {
     attention_v2<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
+  } else if constexpr (Cfg::kPersistent) {
+    attention_v7<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
   } else {  // v3, v4, v5: the same roles, v4 and v5 differ in the consumers' key loop
     attention_v3<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
   }
@@ -1678,8 +1843,18 @@ void launch_hopper(const hopper_attn::Params& params, const torch::Tensor& q, co
   const int64_t grid_y = std::min(p.batch_heads, kMaxGridY);
   const int64_t grid_z = (p.batch_heads + kMaxGridY - 1) / kMaxGridY;
   TORCH_CHECK_VALUE(grid_z <= kMaxGridY, attn::str("batch * heads = ", p.batch_heads, " exceeds 65535 * 65535."));
-  const dim3 grid(attn::ceil_div(p.seq_q, Cfg::kBlockM), static_cast<unsigned>(grid_y),
-                  static_cast<unsigned>(grid_z));
+  dim3 grid(attn::ceil_div(p.seq_q, Cfg::kBlockM), static_cast<unsigned>(grid_y),
+            static_cast<unsigned>(grid_z));
+  torch::Tensor tile_counter;  // v7's, zeroed here (a memset in the stream) for every launch
+  if constexpr (Cfg::kPersistent) {  // v7: one resident CTA per SM, taking work tiles
+    tile_counter = torch::zeros({1}, q.options().dtype(torch::kInt32));
+    p.tile_counter = tile_counter.data_ptr<int>();
+    int device = 0, sms = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t tiles = static_cast<int64_t>(attn::ceil_div(p.seq_q, Cfg::kBlockM)) * p.batch_heads;
+    grid = dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sms))), 1, 1);
+  }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, maps[0], maps[1], maps[2]);
 }
 
@@ -1692,6 +1867,7 @@ void dispatch_version(const hopper_attn::Params& p, const torch::Tensor& q, cons
     case 3: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 3>>(p, q, k, v, stream);
     case 4: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 4>>(p, q, k, v, stream);
     case 5: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 5>>(p, q, k, v, stream);
+    case 7: return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 7>>(p, q, k, v, stream);
     default:
       if constexpr (kHeadDim == 64) return launch_hopper<Element, hopper_attn::Tile<kHeadDim, 6>>(p, q, k, v, stream);
   }
@@ -1758,10 +1934,10 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                                      std::optional<torch::Tensor> sinks) {
   // ---- validation: the same messages as the mma.sync kernel, then what only this one needs ----
   const int kv_group = attn::check_half_qkv(q, k, v);
-  TORCH_CHECK_VALUE(version >= 1 && version <= 6, attn::str("version must be 1 (wgmma, cp.async), 2 (TMA + "
+  TORCH_CHECK_VALUE(version >= 1 && version <= 7, attn::str("version must be 1 (wgmma, cp.async), 2 (TMA + "
                     "mbarrier pipeline), 3 (warp-specialized), 4 (+ softmax overlapping P V), 5 "
-                    "(+ the consumers' turns) or 6 (5 with three consumers, head_dim 64) but is ",
-                    version, "."));
+                    "(+ the consumers' turns), 6 (5 with three consumers, head_dim 64) or 7 (5 "
+                    "persistent) but is ", version, "."));
   TORCH_CHECK_VALUE(version != 6 || q.size(3) == 64, attn::str("version 6 takes head_dim 64 only (its "
                     "consumers hold 160 registers), not ", q.size(3), "; use version 5."));
   if (out.has_value()) {
@@ -1790,8 +1966,8 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
       attn::set_score_transforms(p.mask, q, softcap, sinks, scale_value);
   const bool general = p.mask.general();
   TORCH_CHECK_VALUE(!general || version == 2 || version >= 5, attn::str("a window, key lengths, "
-                    "a mask tensor, softcap or sinks run versions 2, 5 or 6 of the Hopper kernel (the ones "
-                    "flash_attention routes to; 6 runs as 5 there), not ", version, "."));
+                    "a mask tensor, softcap or sinks run versions 2, 5, 6 or 7 of the Hopper kernel (the ones "
+                    "flash_attention routes to; 6 and 7 run as 5 there), not ", version, "."));
   mma_attn::set_lse(p, lse, q);
 
   // BEGIN SOLUTION

@@ -126,7 +126,8 @@ def _load_for_arch(name: str, sources: list[str], arch: str, verbose: bool = Fal
 # contender's TFLOP/s). A case the table lacks gets task4.attention's rules.
 ROUTING_PATH = Path(__file__).with_name("hopper_routing.json")
 SEQ_BUCKETS = (512, 1024, 2048, 4096, 8192, 16384)  # S_k up to each; longer keys: the last
-ROUTING_VERSIONS = (2, 5, 6)  # the rungs that take every variant (6 runs a variant as 5)
+# The rungs that take every variant (6 and 7 run a variant as 5).
+ROUTING_VERSIONS = (2, 5, 6, 7)
 DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
@@ -183,8 +184,8 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
                            softcap: float | None = None,
                            sinks: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q k^T * scale) v on the Hopper kernel (scale None = 1/sqrt(D)); q [B, H_q, S_q, D],
-    k/v [B, H_kv, S_k, D], with the variants of common/variants.py but a stride (versions 2, 5
-    and 6 take them: a window, key lengths, a mask tensor, softcap or sinks run the general
+    k/v [B, H_kv, S_k, D], with the variants of common/variants.py but a stride (versions 2, 5,
+    6 and 7 take them: a window, key lengths, a mask tensor, softcap or sinks run the general
     predicate).
 
     Returns a new [B, H_q, S_q, D] tensor or writes `out`. Inputs it does not take raise

@@ -23,9 +23,10 @@ from common.tools import compile_check
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "task4" / "flash_attention_hopper.cu"
-# 2 dtypes x (head_dim 64: v1-v6, 128: v1-v5) dense, + 2 dtypes x 2 head dims x (v2, v5) with
-# the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the softcap.
-EXPECTED_KERNELS = 22 + 8 + 4
+# 2 dtypes x (head_dim 64: v1-v7, 128: v1-v5 and v7) dense, + 2 dtypes x 2 head dims x (v2, v5)
+# with the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the
+# softcap.
+EXPECTED_KERNELS = 26 + 8 + 4
 
 
 def _need_nvcc() -> str:
@@ -86,7 +87,7 @@ def test_ptxas_keeps_wgmma_async_and_honours_setmaxnreg(ptxas_report):
 def test_module_imports_and_is_unavailable_off_hopper():
     from task4 import hopper
 
-    assert hopper.VERSIONS == (1, 2, 3, 4, 5, 6)
+    assert hopper.VERSIONS == (1, 2, 3, 4, 5, 6, 7)
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         assert not hopper.available()
         q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
@@ -137,7 +138,7 @@ def _make(case, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", (1, 2, 3, 4, 5, 6))
+@pytest.mark.parametrize("version", (1, 2, 3, 4, 5, 6, 7))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_version_matches_float64(version, dtype):
     hopper = _hopper_or_skip()
@@ -208,12 +209,12 @@ def test_refuses_what_it_does_not_take():
     with pytest.raises(ValueError):
         hopper.flash_attention_hopper(d96, d96, d96)
     with pytest.raises(ValueError):
-        hopper.flash_attention_hopper(q, q, q, version=7)
-    with pytest.raises(ValueError, match="versions 2, 5 or 6"):
+        hopper.flash_attention_hopper(q, q, q, version=8)
+    with pytest.raises(ValueError, match="versions 2, 5, 6 or 7"):
         hopper.flash_attention_hopper(q, q, q, True, 3, window=16)
     with pytest.raises(ValueError, match="a stride"):
         hopper.flash_attention_hopper(q, q, q, True, 5, stride=2)
-    with pytest.raises(ValueError, match="versions 2, 5 or 6"):
+    with pytest.raises(ValueError, match="versions 2, 5, 6 or 7"):
         hopper.flash_attention_hopper(q, q, q, True, 4, mask=torch.ones(64, 64, dtype=torch.bool,
                                                                        device="cuda"))
     q128 = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.float16)
