@@ -362,9 +362,31 @@ __device__ __forceinline__ void load_kv_stage(uint32_t k_tile, uint32_t v_tile, 
   }
 }
 
-// grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
-// row tile), the row tile fastest. See the top of the file.
-// KvLayout: where the keys are (ContiguousKv, or PagedKv of decode_paged.cuh).
+// Given: which block blockIdx.x is (row tiles fastest, then splits, then sequence x KV head)
+// and its query rows; and a split's share [x, y) of a block's n_tiles key tiles.
+struct GqaBlock {
+  int row_tile, split, kv;
+  int64_t b_kv, b;
+  int row0, rows_here;  // the tile's first query row (of the KV head's rows) and how many
+  __device__ __forceinline__ explicit GqaBlock(const GqaParams& p) {
+    int64_t block = blockIdx.x;
+    row_tile = static_cast<int>(block % p.row_tiles);
+    block /= p.row_tiles;
+    split = static_cast<int>(block % p.num_splits);
+    b_kv = block / p.num_splits;
+    b = b_kv / p.heads_kv;
+    kv = static_cast<int>(b_kv % p.heads_kv);
+    row0 = row_tile * kRowsPerTile;
+    rows_here = min(kRowsPerTile, p.rows - row0);
+  }
+};
+
+__device__ __forceinline__ int2 split_tiles(int n_tiles, int split, int num_splits) {
+  const int per_split = (n_tiles + num_splits - 1) / num_splits;
+  const int begin = min(split * per_split, n_tiles);
+  return make_int2(begin, min(begin + per_split, n_tiles));
+}
+
 // Given: what a block does while the kernel before it in the stream finishes (an overlapped
 // launch, device_values.cuh): it asks L2 for the first p.prefetch tiles of each of its warps,
 // which HBM can fetch meanwhile, and the kernel's loads then find them in L2. A prefetch is a
@@ -377,15 +399,9 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
     if (p.prefetch <= 0) return;
     constexpr int kT = Cfg::kTileKeys;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int64_t block = blockIdx.x;
-    const int row_tile = static_cast<int>(block % p.row_tiles);
-    block /= p.row_tiles;
-    const int split = static_cast<int>(block % p.num_splits);
-    const int64_t b_kv = block / p.num_splits;
-    const int64_t b = b_kv / p.heads_kv;
-    const int kv = static_cast<int>(b_kv % p.heads_kv);
-    const int row0 = row_tile * kRowsPerTile;
-    const int rows_here = min(kRowsPerTile, p.rows - row0);
+    const GqaBlock at(p);
+    const int64_t b = at.b;
+    const int kv = at.kv;
     attn::MaskParams mask = p.mask;
     mask.key_lengths = nullptr;
     attn::KeyMask<true> range(mask, b, static_cast<int64_t>(kv) * p.group);
@@ -396,12 +412,11 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
       else range.key_end = length;
       range.offset = range.key_end - range.seq_q;
     }
-    const int key_lo = max(range.keys_begin(row0 / p.group), 0);
-    const int key_hi = range.keys_end((row0 + rows_here - 1) / p.group);
+    const int key_lo = max(range.keys_begin(at.row0 / p.group), 0);
+    const int key_hi = range.keys_end((at.row0 + at.rows_here - 1) / p.group);
     const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
-    const int per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
-    const int tile_begin = min(split * per_split, n_tiles);
-    const int tile_end = min(tile_begin + per_split, n_tiles);
+    const int2 tiles = split_tiles(n_tiles, at.split, p.num_splits);
+    const int tile_begin = tiles.x, tile_end = tiles.y;
     const typename ContiguousKv::template Rows<Element> rows(kv_layout, b, kv);
     const unsigned row_bytes = static_cast<unsigned>(p.head_dim * sizeof(Element));
     for (int s = 0; s < p.prefetch; ++s) {
@@ -416,6 +431,9 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
   }
 }
 
+// grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
+// row tile), the row tile fastest. See the top of the file.
+// KvLayout: where the keys are (ContiguousKv, or PagedKv of decode_paged.cuh).
 template <typename Element, typename Cfg, typename KvLayout>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaParams p,
                                                                      const KvLayout kv_layout) {
@@ -447,15 +465,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   __shared__ float warp_weight[kW][kRowsPerTile]; // each warp's factor in the final row
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  int64_t block = blockIdx.x;
-  const int row_tile = static_cast<int>(block % p.row_tiles);
-  block /= p.row_tiles;
-  const int split = static_cast<int>(block % p.num_splits);
-  const int64_t b_kv = block / p.num_splits;
-  const int64_t b = b_kv / p.heads_kv;
-  const int kv = static_cast<int>(b_kv % p.heads_kv);
-  const int row0 = row_tile * kRowsPerTile;
-  const int rows_here = min(kRowsPerTile, p.rows - row0);
+  const GqaBlock at(p);
+  const int split = at.split, kv = at.kv, row0 = at.row0, rows_here = at.rows_here;
+  const int64_t b_kv = at.b_kv, b = at.b;
   const int q_first = row0 / p.group, q_last = (row0 + rows_here - 1) / p.group;
 
   // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
@@ -466,9 +478,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   const int key_hi = range.keys_end(q_last);
   const int2 unmasked = range.unmasked_keys(q_first, q_last);
   const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
-  const int per_split = (n_tiles + p.num_splits - 1) / p.num_splits;
-  const int tile_begin = min(split * per_split, n_tiles);
-  const int tile_end = min(tile_begin + per_split, n_tiles);
+  const int2 split_range = split_tiles(n_tiles, split, p.num_splits);
+  const int tile_begin = split_range.x, tile_end = split_range.y;
   // This warp's tiles: tile_begin + warp, + kW, + 2 kW, ...
   const int my_tiles = tile_end - tile_begin > warp ? (tile_end - tile_begin - warp + kW - 1) / kW : 0;
 
