@@ -72,6 +72,12 @@
 // Prefetching 4 tiles per warp instead of kStages - 1 was slower at batch 64 and at batch 1 with
 // 8 KV heads, and two 4-warp blocks per SM for unsplit work changed nothing measurable
 // (results/logs/h100_gqa_prefetch_pair_ab.json).
+// What is left at batch 1 is that fixed cost, not the streaming: fitted over contexts, a decode
+// takes a fixed time plus its bytes at about the copy bandwidth (h100_gqa_pdl_ab.json), and the
+// fixed time is a kernel launch, one trip to HBM and the split merge; a decode of 16 keys
+// measures it (floor_us in results/logs/h100_gqa_varlen_splits.json, beside cuDNN's). So a
+// cache that streams in a few times that fixed time (batch 1, 4 KV heads) stays well below the
+// copy bandwidth, cuDNN's decode too.
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
