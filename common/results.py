@@ -37,23 +37,37 @@ def device_key() -> str:
     return found.group(1) if found else re.sub(r"[^a-z0-9]+", "_", name).strip("_")
 
 
+def checkout_commit(root: Path | None = None) -> str:
+    """The commit the figures come from: ATTN_COMMIT when set (a copied working tree without
+    .git), else git's HEAD, with "+modified" when tracked files differ from it (a working tree
+    copied over an older checkout reports that checkout's HEAD: the suffix says the figures are
+    not that commit's); "unknown" without either."""
+    commit = os.environ.get("ATTN_COMMIT", "")
+    if commit:
+        return commit
+    root = root or REPO_ROOT
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+        if commit:
+            changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                     cwd=root, capture_output=True, text=True, timeout=10)
+            if changed.returncode == 0 and changed.stdout.strip():
+                commit += "+modified"
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return commit or "unknown"
+
+
 def run_meta() -> dict:
     import torch
 
-    # ATTN_COMMIT names the commit where the checkout has no .git (a copied working tree).
-    commit = os.environ.get("ATTN_COMMIT", "")
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
-                                    capture_output=True, text=True, timeout=5).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            commit = ""
     meta = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit or "unknown",
+        "commit": checkout_commit(),
     }
     try:
         import transformers

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
 
 from common import checks, results
-from common.tools import report
 from common.checks import Check
 from common.harness import task_main
 from common.timing import attention_flops, time_cpu
+from common.tools import report
 
 
 def test_reference_attention_matches_a_hand_written_softmax():
@@ -178,3 +179,35 @@ def test_a_gpu_only_test_without_a_gpu_is_one_sentence_and_runs_nothing(tmp_path
     assert data["exit_code"] == 1 and data["checks"][0]["detail"] in out
     assert task_main("demo", groups, ["--no-record", "--device", "cpu"], gpu_only=True) == 1
     assert "--device cpu" in capsys.readouterr().out and not ran
+
+
+def test_checkout_commit_names_a_modified_tree(tmp_path, monkeypatch):
+    """The commit recorded beside the figures: ATTN_COMMIT when set, else HEAD, marked
+    "+modified" when tracked files differ from it (a working tree copied over an older checkout
+    must not pass for that checkout), "unknown" outside git."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed here")
+    monkeypatch.delenv("ATTN_COMMIT", raising=False)
+    assert results.checkout_commit(tmp_path) == "unknown"
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True,
+                       env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                            "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+
+    git("init", "-q")
+    (tmp_path / "kernel.cu").write_text("a\n")
+    git("add", "kernel.cu")
+    git("commit", "-q", "-m", "first")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout.strip()
+    assert results.checkout_commit(tmp_path) == head
+    (tmp_path / "notes.txt").write_text("untracked files do not count\n")
+    assert results.checkout_commit(tmp_path) == head
+    (tmp_path / "kernel.cu").write_text("b\n")
+    assert results.checkout_commit(tmp_path) == head + "+modified"
+    monkeypatch.setenv("ATTN_COMMIT", "abc1234")
+    assert results.checkout_commit(tmp_path) == "abc1234"
