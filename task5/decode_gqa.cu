@@ -27,9 +27,10 @@
 // is, and a sink (sink_term) joins each row's denominator in split 0 only, so the merge
 // counts it exactly once. A row with no visible key (an empty sequence) outputs zeros.
 //
-// Tile shape and why. A block is kWarps warps (8 at head dim 128, else 4) for the 16 query
-// rows of one row tile of one (sequence, KV head, split); G * S_q > 16 rows take several row
-// tiles (grid neighbours, so they share the K/V reads in L2). Each warp holds Q's A fragments in
+// Tile shape and why. A block is kWarps warps (8 at head dim 128 where a block may have ~196 KB
+// of shared memory, as on an H100; else 4) for the 16 query rows of one row tile of one
+// (sequence, KV head, split); G * S_q > 16 rows take several row tiles (grid neighbours, so
+// they share the K/V reads in L2). Each warp holds Q's A fragments in
 // registers (head dim <= 128; 256 re-reads them from shared memory with ldmatrix, its O
 // accumulator alone fills 128 registers) and an m16 x D fp32 O accumulator, and computes
 // S = Q K^T (ldmatrix), the online softmax over the quad of lanes that share a row, and
@@ -169,6 +170,9 @@ struct GqaConfig {
 using GqaD64 = GqaConfig<64, 32, 4>;
 using GqaD96 = GqaConfig<96, 16, 4>;
 using GqaD128 = GqaConfig<128, 16, 3, 8>;  // two warps per scheduler: see the header
+// Where a block cannot have GqaD128's ~196 KB of shared memory (an A100 offers 163 KB): one
+// warp per scheduler on 4-stage rings, the configuration before it.
+using GqaD128Compact = GqaConfig<128, 16, 4, 4>;
 using GqaD256 = GqaConfig<256, 16, 3>;
 
 // Strides in elements (last dimension contiguous): q and out [B, H_q, S_q, D]. Where the keys
@@ -745,12 +749,26 @@ bool prepare_kernel(int device) {
   return true;
 }
 
-// Call fn with a null pointer of the configuration type for head_dim (the smallest that holds it).
+// The shared memory a block of `device` may opt in to (looked up once per device).
+int optin_shared_memory(int device) {
+  static int bytes[64] = {};  // 0: not looked up yet
+  if (device < 0 || device >= 64) return 0;
+  if (bytes[device] == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes[device], cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  }
+  return bytes[device];
+}
+
+// Call fn with a null pointer of the configuration type for head_dim on `device` (the smallest
+// that holds it; at head dim 128 the compact one where GqaD128 does not fit).
 template <typename Fn>
-decltype(auto) with_config(int64_t head_dim, Fn&& fn) {
+decltype(auto) with_config(int64_t head_dim, int device, Fn&& fn) {
   if (head_dim <= 64) return fn(static_cast<GqaD64*>(nullptr));
   if (head_dim <= 96) return fn(static_cast<GqaD96*>(nullptr));
-  if (head_dim <= 128) return fn(static_cast<GqaD128*>(nullptr));
+  if (head_dim <= 128) {
+    if (optin_shared_memory(device) >= GqaD128::kSmemBytes) return fn(static_cast<GqaD128*>(nullptr));
+    return fn(static_cast<GqaD128Compact*>(nullptr));
+  }
   return fn(static_cast<GqaD256*>(nullptr));
 }
 
@@ -781,7 +799,7 @@ std::vector<int64_t> decode_gqa_geometry(int64_t head_dim, bool bf16, int64_t de
                     attn::str("head_dim must be a multiple of 8 up to ", kGqaMaxHeadDim, " but is ",
                     head_dim, "."));
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  return with_config(head_dim, [&](auto* cfg_tag) {
+  return with_config(head_dim, static_cast<int>(device), [&](auto* cfg_tag) {
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     return with_element(bf16 ? torch::kBFloat16 : torch::kHalf, [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
@@ -827,7 +845,7 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
 
   c10::cuda::CUDAGuard guard(q.device());
   const int device = q.device().index();
-  const bool ready = with_config(head_dim, [&](auto* cfg_tag) {
+  const bool ready = with_config(head_dim, device, [&](auto* cfg_tag) {
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     return with_element(q.scalar_type(), [&](auto* element_tag) {
       return prepare_kernel<std::remove_pointer_t<decltype(element_tag)>, Cfg, KvLayout>(device);
@@ -876,7 +894,7 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   p.counters = num_splits > 1 ? split_counters(stream, batch * heads_kv * row_tiles) : nullptr;
-  with_config(head_dim, [&](auto* cfg_tag) {
+  with_config(head_dim, device, [&](auto* cfg_tag) {
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
