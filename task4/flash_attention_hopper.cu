@@ -1852,7 +1852,7 @@ void launch_hopper(const hopper_attn::Params& params, const torch::Tensor& q, co
     int device = 0, sms = 0;
     C10_CUDA_CHECK(cudaGetDevice(&device));
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int64_t tiles = static_cast<int64_t>(attn::ceil_div(p.seq_q, Cfg::kBlockM)) * p.batch_heads;
+    const int64_t tiles = static_cast<int64_t>(grid.x) * p.batch_heads;  // work_tiles<Cfg>(p)
     grid = dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sms))), 1, 1);
   }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, maps[0], maps[1], maps[2]);

@@ -415,13 +415,9 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
     attn::MaskParams mask = p.mask;
     mask.key_lengths = nullptr;
     attn::KeyMask<true> range(mask, b, static_cast<int64_t>(kv) * p.group);
-    if (p.mask.key_lengths != nullptr) {  // as KeyMask reads it, but from L2
-      const int length = min(max(__ldcg(p.mask.key_lengths + b * p.mask.key_lengths_stride), 0),
-                             p.mask.seq_k);
-      if (p.mask.left_padding) range.key_begin = p.mask.seq_k - length;
-      else range.key_end = length;
-      range.offset = range.key_end - range.seq_q;
-    }
+    if (p.mask.key_lengths != nullptr)  // as KeyMask reads it, but from L2
+      range.set_key_length(__ldcg(p.mask.key_lengths + b * p.mask.key_lengths_stride),
+                           p.mask.left_padding);
     const int key_lo = max(range.keys_begin(at.row0 / p.group), 0);
     const int key_hi = range.keys_end((at.row0 + at.rows_here - 1) / p.group);
     const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
@@ -735,28 +731,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 
 // ---- host side: configuration, checks and launch (given) ---------------------------------
 
+// The shared memory a block of `device` may opt in to (looked up once per device).
+int optin_shared_memory(int device) {
+  static int bytes[64] = {};  // 0: not looked up yet
+  int looked_up = 0;
+  int& slot = device >= 0 && device < 64 ? bytes[device] : looked_up;
+  if (slot == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&slot, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  }
+  return slot;
+}
+
 // Above 48 KB a kernel must opt in to more dynamic shared memory; false if the GPU has less
 // shared memory per block than the configuration needs (sm_86/89: 99 KB), or is older than
 // sm_80 (no cp.async, no bf16 mma.sync).
 template <typename Element, typename Cfg, typename KvLayout = ContiguousKv>
 bool prepare_kernel(int device) {
-  int major = 0, optin = 0;
+  int major = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (major < 8 || optin < Cfg::kSmemBytes) return false;
+  if (major < 8 || optin_shared_memory(device) < Cfg::kSmemBytes) return false;
   C10_CUDA_CHECK(cudaFuncSetAttribute(decode_gqa_kernel<Element, Cfg, KvLayout>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   return true;
-}
-
-// The shared memory a block of `device` may opt in to (looked up once per device).
-int optin_shared_memory(int device) {
-  static int bytes[64] = {};  // 0: not looked up yet
-  if (device < 0 || device >= 64) return 0;
-  if (bytes[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes[device], cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  }
-  return bytes[device];
 }
 
 // Call fn with a null pointer of the configuration type for head_dim on `device` (the smallest

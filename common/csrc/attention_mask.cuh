@@ -130,13 +130,8 @@ struct KeyMask {
       window = p.window;
       stride = p.stride;
       inv_stride = p.inv_stride;
-      if (p.key_lengths != nullptr) {
-        // A device value was never checked on the host: clamp it to the keys that exist.
-        int length = p.key_lengths[batch * p.key_lengths_stride];
-        length = length < 0 ? 0 : (length > p.seq_k ? p.seq_k : length);
-        if (p.left_padding) key_begin = p.seq_k - length;
-        else key_end = length;
-      }
+      if (p.key_lengths != nullptr)
+        set_key_length(p.key_lengths[batch * p.key_lengths_stride], p.left_padding);
       if (p.mask != nullptr) {
         const int elem = p.mask_kind == kBoolMask ? 1 : (p.mask_kind == kFloat32Mask ? 4 : 2);
         mask_head = static_cast<const char*>(p.mask) +
@@ -147,6 +142,15 @@ struct KeyMask {
         mask_scale = p.mask_scale;
       }
     }
+    offset = key_end - seq_q;
+  }
+
+  // This sequence's valid keys from its length: the first `length` keys, or with left padding
+  // the last. A device value was never checked on the host: clamped to the keys that exist.
+  __device__ __forceinline__ void set_key_length(int length, int left_padding) {
+    length = length < 0 ? 0 : (length > seq_k ? seq_k : length);
+    if (left_padding) key_begin = seq_k - length;
+    else key_end = length;
     offset = key_end - seq_q;
   }
 
