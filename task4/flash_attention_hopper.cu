@@ -1847,8 +1847,12 @@ void launch_hopper(const hopper_attn::Params& params, const torch::Tensor& q, co
             static_cast<unsigned>(grid_z));
   torch::Tensor tile_counter;  // v7's, zeroed here (a memset in the stream) for every launch
   if constexpr (Cfg::kPersistent) {  // v7: one resident CTA per SM, taking work tiles
-    tile_counter = torch::zeros({1}, q.options().dtype(torch::kInt32));
+    // cudaMemsetAsync, not torch::zeros: zeros launches a fill kernel through the dispatcher,
+    // which cost v7 more host time per call than the rest of its launch did
+    // (results/logs/h100_host_parts_before.log against _after_memset.log).
+    tile_counter = torch::empty({1}, q.options().dtype(torch::kInt32));
     p.tile_counter = tile_counter.data_ptr<int>();
+    C10_CUDA_CHECK(cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream));
     int device = 0, sms = 0;
     C10_CUDA_CHECK(cudaGetDevice(&device));
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
