@@ -15,6 +15,8 @@ import weakref
 
 import torch
 
+from common.limits import check_head_dim
+
 
 def is_int(value) -> bool:
     """A Python int, and not a bool (which Python counts as an int)."""
@@ -132,14 +134,12 @@ def check_attention_arguments(q, k, v, causal=False, out=None, *, window=None, s
     (a contiguous last dimension). That the tensors are on a CUDA GPU is the extensions' own
     first check, in the same words on every entry; they also check the rest again in C++,
     since their entries can be called directly."""
-    from common.limits import check_head_dim
-
     check_grouped_qkv(q, k, v)
     if q.dtype not in ATTENTION_DTYPES:
         raise TypeError(f"q, k, v have dtype {q.dtype}, but the kernels take float32, float16 "
                         "or bfloat16; convert them with .to(...).")
     check_head_dim(q.shape[3])
-    if kernel:
+    if kernel and not (q.stride(3) == k.stride(3) == v.stride(3) == 1):
         for name, t in (("q", q), ("k", k), ("v", v)):
             if t.stride(3) != 1:
                 raise ValueError(f"{name}'s last dimension (head_dim) must be contiguous (stride 1) "
@@ -195,17 +195,18 @@ def check_grouped_qkv(q, k, v) -> None:
     """q [B, H_q, S_q, D], k and v [B, H_kv, S_k, D] with H_q a multiple of H_kv (grouped-query
     attention; H_kv = H_q is plain attention): one floating dtype, one device, none empty."""
     _check_qkv_tensors(q, k, v)
-    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
+    q_shape, k_shape = q.shape, k.shape  # read once: each .shape builds a new torch.Size
+    if k_shape != v.shape or k_shape[0] != q_shape[0] or k_shape[3] != q_shape[3]:
         raise ValueError(f"k and v must both be [batch, kv_heads, seq_k, head_dim] with q's batch "
                          f"and head_dim, q being [batch, heads, seq_q, head_dim]; got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)}.")
-    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
-        raise ValueError(f"q has {q.shape[1]} heads and k/v {k.shape[1]}: grouped-query attention "
+                         f"{tuple(q_shape)}, k {tuple(k_shape)} and v {tuple(v.shape)}.")
+    if k_shape[1] < 1 or q_shape[1] % k_shape[1]:
+        raise ValueError(f"q has {q_shape[1]} heads and k/v {k_shape[1]}: grouped-query attention "
                          "needs the query heads to be a multiple of the key/value heads (query "
                          "head h reads KV head h // (H_q // H_kv)).")
-    for name, t in (("q", q), ("k", k)):
-        if t.numel() == 0:
-            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); attention needs at least "
+    for name, shape in (("q", q_shape), ("k", k_shape)):
+        if 0 in shape:
+            raise ValueError(f"{name} is empty (shape {tuple(shape)}); attention needs at least "
                              "one query and one key.")
 
 

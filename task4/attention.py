@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from common.build import BuildError, call_extension
-from common.inputs import check_attention_arguments
+from common.inputs import check_attention_arguments, check_key_lengths
 from common.variants import Variant, reference_attention_variant
 from task4.compile import load
 
@@ -78,28 +78,101 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     Every argument is checked once, here, before a kernel is chosen
     (common.inputs.check_attention_arguments), so each path gets the same sentences.
     """
-    check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
-                              key_lengths=key_lengths, left_padding=left_padding,
-                              softcap=softcap, sinks=sinks, scale=scale)
+    signature = _call_signature(q, k, v, causal, out, window, stride, mask, key_lengths,
+                                left_padding, softcap, sinks, scale)
+    route = _routes.get(signature, _UNCHECKED) if signature is not None else _UNCHECKED
+    if route is _UNCHECKED:
+        check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
+                                  key_lengths=key_lengths, left_padding=left_padding,
+                                  softcap=softcap, sinks=sinks, scale=scale)
+        route = _UNROUTED
+    elif key_lengths is not None:
+        check_key_lengths(key_lengths, k.shape[2])  # values, not metadata: checked every call
     return flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
-                                     left_padding, softcap=softcap, sinks=sinks, scale=scale)
+                                     left_padding, softcap=softcap, sinks=sinks, scale=scale,
+                                     signature=signature, route=route)
+
+
+# ---- host time: a call shaped like one already checked and routed skips both ------------------
+# At short shapes the checks and the routing cost more host time than the kernel launch itself,
+# and a prefill whose GPU waits for its launch waits for them too (results/logs/
+# h100_host_parts_*.log, issue 31). Both read only the call's metadata: each tensor's type,
+# dtype, device, shape, strides and 16-byte alignment (what the TMA needs), the other
+# arguments' types and values, and the two switches below. So the first call with a given
+# signature is checked and routed in full and its route remembered (the memo starts over at
+# ROUTE_MEMO_SIZE signatures). Tensor *values* are never remembered: key lengths are checked
+# on every call (check_key_lengths keeps its own memo of the last tensor), a mask is summarised
+# per call, and every kernel reads its inputs afresh.
+ROUTE_MEMO_SIZE = 1024
+_UNCHECKED = object()  # not seen: check everything
+_UNROUTED = object()   # checked, kernel not chosen yet (say, only differentiable calls so far)
+_routes: dict[tuple, object] = {}
+
+
+def _tensor_signature(t) -> tuple:
+    if not isinstance(t, torch.Tensor):
+        return (type(t), t)  # None; anything else is hashed as it is (or is unhashable)
+    return (type(t), t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16)
+
+
+def _call_signature(q, k, v, causal, out, window, stride, mask, key_lengths, left_padding,
+                    softcap, sinks, scale) -> tuple | None:
+    """What the checks and the routing of this call depend on, or None (not remembered; also
+    while torch.compile traces the call, where there is no host time to save)."""
+    if torch.compiler.is_compiling() or not (
+            isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+            and isinstance(v, torch.Tensor)):
+        return None
+    extra = None
+    if not (out is None and mask is None and key_lengths is None and sinks is None):
+        extra = tuple(_tensor_signature(t) for t in (out, mask, key_lengths, sinks))
+    signature = (HOPPER_PREFILL, STRIDE_AS_DENSE_CLASSES,
+                 q.dtype, q.device, q.shape, q.stride(), q.data_ptr() % 16,
+                 k.dtype, k.device, k.shape, k.stride(), k.data_ptr() % 16,
+                 v.dtype, v.device, v.shape, v.stride(), v.data_ptr() % 16,
+                 type(causal), causal, type(window), window, type(stride), stride,
+                 type(left_padding), left_padding, type(softcap), softcap, type(scale), scale,
+                 extra)
+    try:
+        hash(signature)
+    except TypeError:  # an argument of an unhashable type: the checks will name it
+        return None
+    return signature
+
+
+def _remember_route(signature, route) -> None:
+    if signature is None:
+        return
+    if len(_routes) >= ROUTE_MEMO_SIZE:
+        _routes.clear()
+    _routes[signature] = route
 
 
 def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_lengths,
-                              left_padding, *, softcap=None, sinks=None, scale=None):
+                              left_padding, *, softcap=None, sinks=None, scale=None,
+                              signature=None, route=_UNROUTED):
     """flash_attention on arguments already checked (by flash_attention, or by
     task5.attention.attention): picks the kernel and runs it; no path below checks again.
     When autograd needs a backward (grad mode on, an input requires grad), the forward that
-    also saves each row's log-sum-exp runs instead (task4/backward.py), differentiable."""
+    also saves each row's log-sum-exp runs instead (task4/backward.py), differentiable.
+    `signature` and `route`: flash_attention's memo (the Hopper version, None for the other
+    kernels, or _UNROUTED)."""
     from task4 import backward
 
     if backward.wants_grad(q, k, v, mask, sinks):
+        _remember_route(signature, route)
         return backward.differentiable_attention(q, k, v, causal, out, window, stride, mask,
                                                  key_lengths, left_padding, softcap=softcap,
                                                  sinks=sinks, scale=scale)
     if _strided_as_dense_classes(q, k, stride, window, mask, key_lengths):
+        _remember_route(signature, route)
         return _strided_by_classes(q, k, v, causal, out, stride, softcap, sinks, scale)
-    version = _hopper_version(q, k, v, causal, out, stride, mask)
+    version = route
+    if version is _UNROUTED:
+        version = _hopper_version(q, k, v, causal, out, stride, mask)
+        # Remembered once the Hopper probe has answered (before, during a graph capture, the
+        # answer is "not yet", which must not stick).
+        _remember_route(signature, version if _hopper_probe.cache_info().currsize else _UNROUTED)
     if version is not None:
         from task4 import hopper
 
@@ -147,9 +220,10 @@ def _hopper_version(q, k, v, causal, out, stride=1, mask=None) -> int | None:
         return None
     from task4 import hopper
 
-    version = hopper.routed_version(q.dtype, q.shape[-1], bool(causal), k.shape[-2])
+    head_dim, causal = q.shape[3], bool(causal)
+    version = hopper.routed_version(q.dtype, head_dim, causal, k.shape[2])
     if version is None:
-        version = HOPPER_VERSION.get((q.shape[-1], bool(causal)))
+        version = HOPPER_VERSION.get((head_dim, causal))
     if version is None or not _hopper_ready():
         return None
 

@@ -150,8 +150,11 @@ _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 def wants_grad(q, k, v, mask=None, sinks=None) -> bool:
     """Does autograd need a backward of this call: grad mode on and some input requires grad?"""
-    return torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in (q, k, v, mask, sinks))
+    if not torch.is_grad_enabled():
+        return False
+    return (q.requires_grad or k.requires_grad or v.requires_grad  # q, k, v: checked tensors
+            or (isinstance(mask, torch.Tensor) and mask.requires_grad)
+            or (isinstance(sinks, torch.Tensor) and sinks.requires_grad))
 
 
 def differentiable_attention(q, k, v, causal=False, out=None, window=None, stride=1, mask=None,

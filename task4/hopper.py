@@ -28,6 +28,7 @@ from __future__ import annotations
 if not __package__:  # run as a file, where `common` cannot be imported
     raise SystemExit("Run this from the repository root as a module: python -m task4.hopper")
 
+import bisect
 import json
 import os
 import sys
@@ -132,7 +133,8 @@ DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def seq_bucket(seq_k: int) -> int:
-    return next((b for b in SEQ_BUCKETS if seq_k <= b), SEQ_BUCKETS[-1])
+    """The smallest bucket >= seq_k (the largest for longer sequences)."""
+    return SEQ_BUCKETS[min(bisect.bisect_left(SEQ_BUCKETS, seq_k), len(SEQ_BUCKETS) - 1)]
 
 
 def routing_key(dtype_name: str, head_dim: int, causal: bool, bucket: int) -> str:
@@ -162,9 +164,10 @@ def supports(q, k, v, out=None, *, stride: int = 1, mask=None) -> bool:
     lengths, mask tensors (bool or additive, on q's device), softcap, sinks and a scale are
     taken; a stride (a per-key predicate) is not; then the dtype, head_dim, the GPU and the
     strides decide."""
-    if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or not q.is_cuda:
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+            and isinstance(v, torch.Tensor)) or not q.is_cuda:
         return False
-    if q.dtype not in HALF_DTYPES or stride != 1 or not is_sm90(q.device.index):
+    if q.dtype not in HALF_DTYPES or stride != 1 or not is_sm90(q.get_device()):
         return False
     if mask is not None and (not isinstance(mask, torch.Tensor) or mask.device != q.device):
         return False

@@ -78,6 +78,39 @@ def test_flash_attention_routes_by_dtype(fake_ext):
     assert fake_ext.calls == ["fp32", "mma", "mma"]
 
 
+def test_a_call_shaped_like_a_checked_one_skips_the_checks_not_their_sentences(fake_ext, monkeypatch):
+    """flash_attention remembers the route of a call signature it has checked (host time, issue
+    31); anything that would fail the checks differs in its signature, so it still raises."""
+    import common.inputs
+
+    monkeypatch.setattr(attention, "_routes", {})
+    monkeypatch.setattr(FakeExtension, "_dense", staticmethod(lambda variant: True))
+    checked = []
+    real_check = common.inputs.check_attention_arguments
+    monkeypatch.setattr(attention, "check_attention_arguments",
+                        lambda *a, **kw: checked.append(1) or real_check(*a, **kw))
+    q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
+    lengths = torch.tensor([3], dtype=torch.int32)
+    for _ in range(3):
+        attention.flash_attention(q, k, v, True)
+        attention.flash_attention(q, k, v, True, key_lengths=lengths)
+    assert len(checked) == 2 and fake_ext.calls == ["fp32"] * 6
+    fresh = [torch.randn(1, 2, 5, 8) for _ in range(3)]  # same metadata, new tensors
+    assert torch.allclose(attention.flash_attention(*fresh, True),
+                          reference_attention(*fresh, True).float())
+    assert len(checked) == 2
+    with pytest.raises(TypeError, match="causal"):
+        attention.flash_attention(q, k, v, 1)                       # 1 == True, but not a bool
+    with pytest.raises(ValueError, match="contiguous"):
+        attention.flash_attention(q, k.mT.contiguous().mT, v, True)  # same shape, other strides
+    with pytest.raises(ValueError, match="key_lengths"):            # values: checked every call
+        attention.flash_attention(q, k, v, True, key_lengths=torch.tensor([9], dtype=torch.int32))
+    with pytest.raises(TypeError, match="window"):
+        attention.flash_attention(q, k, v, True, window=2.0)
+    with pytest.raises(TypeError):
+        attention.flash_attention(q, k, v, True, mask=[[True]])    # unhashable: not remembered
+
+
 def test_flash_attention_writes_out(fake_ext):
     q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
     out = torch.full((1, 5, 2, 8), float("nan")).transpose(1, 2)

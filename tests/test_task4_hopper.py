@@ -349,6 +349,7 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     from task4 import attention, hopper
 
     calls = []
+    monkeypatch.setattr(attention, "_routes", {})  # a fresh memo: the routing below is faked
     monkeypatch.setattr(hopper, "routing", lambda: {})
     monkeypatch.setattr(attention, "HOPPER_PREFILL", True)
     monkeypatch.setattr(attention, "_hopper_ready", lambda: True)
