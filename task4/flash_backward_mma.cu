@@ -60,6 +60,12 @@
 // key lengths (right or left padded), softcap, scale; sinks need nothing (they are inside the
 // forward's lse and have no value). Tiles the mask proves empty are never visited.
 //
+// A second shape of the atomic-dQ mode (issue 33): FlashAttention-2's 2-D warp layout, a CTA
+// of 8 warps owning 128 keys, each warp a 32 x 32 block of every product, P and dS through
+// shared memory (flash_backward_mma_2d.cuh says why). It runs when ATTN_BWD_LAYOUT=2d
+// (backward_layout_2d, read per call), for every variant and head dim above; the default stays
+// the 16-row kernel until the 2-D one is measured faster.
+//
 // Where its speed lives: Results.md, "The backward pass on tensor cores (fp16/bf16)" (rendered
 // from results/<gpu>.json; python -m task4.test --backward-half-bench measures it beside SDPA's
 // FLASH and cuDNN backends in one process). No number is written here.
@@ -70,11 +76,14 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "attention_checks.cuh"
 #include "attention_mask_host.cuh"
 #include "flash_backward_mma.cuh"
+#include "flash_backward_mma_2d.cuh"
 
 namespace {
 
@@ -85,6 +94,18 @@ torch::Tensor half_rows_ready(const torch::Tensor& t) {
   bool ok = t.stride(3) == 1 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
   for (int dim = 0; dim < 3 && ok; ++dim) ok = t.size(dim) == 1 || t.stride(dim) % 8 == 0;
   return ok ? t : t.clone(at::MemoryFormat::Contiguous);
+}
+
+// Which kernel shape computes the atomic-dQ backward, from ATTN_BWD_LAYOUT, read on every call
+// (a getenv is cheap) so that one process can time both: unset, empty or "rows", the 16-row
+// kernel (flash_backward_mma.cuh, the default); "2d", FlashAttention-2's 2-D warp layout
+// (flash_backward_mma_2d.cuh). The deterministic mode has one shape and ignores it.
+bool backward_layout_2d() {
+  const char* env = std::getenv("ATTN_BWD_LAYOUT");
+  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "rows") == 0) return false;
+  TORCH_CHECK_VALUE(std::strcmp(env, "2d") == 0, attn::str("ATTN_BWD_LAYOUT must be \"2d\" or "
+                    "\"rows\" (or unset) but is \"", env, "\"."));
+  return true;
 }
 
 }  // namespace
@@ -227,7 +248,15 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
   attn::check_launch("backward_preprocess_mma_kernel");
 
   const char* error = nullptr;
-  if (padded_dim == 64) {
+  const bool layout_2d = !deterministic && backward_layout_2d();
+  if (layout_2d) {
+    if (padded_dim == 64) {
+      error = fp16 ? mma_bwd::backward_2d_fp16_d64(p, stream) : mma_bwd::backward_2d_bf16_d64(p, stream);
+    } else {
+      error = fp16 ? mma_bwd::backward_2d_fp16_d128(p, stream)
+                   : mma_bwd::backward_2d_bf16_d128(p, stream);
+    }
+  } else if (padded_dim == 64) {
     error = fp16 ? mma_bwd::backward_fp16_d64(p, deterministic, stream)
                  : mma_bwd::backward_bf16_d64(p, deterministic, stream);
   } else {
@@ -237,6 +266,7 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
   TORCH_CHECK(error == nullptr, attn::str("flash_attention_backward_mma could not launch: ",
               error ? error : ""));
   attn::check_launch(deterministic ? "flash_backward_dkdv_mma_kernel / flash_backward_dq_mma_kernel"
+                     : layout_2d   ? "flash_backward_2d_kernel / backward_dq_convert_kernel"
                                    : "flash_backward_dkdv_mma_kernel (fused dQ) / backward_dq_convert_kernel");
   // END SOLUTION
   return {dq, dk, dv};
