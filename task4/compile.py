@@ -14,7 +14,8 @@ NAME = "custom_flash_attention"
 SOURCES = ["task4/binding.cpp", "task4/flash_attention.cu", "task4/flash_attention_mma.cu",
            "task4/flash_attention_mma_fp16.cu", "task4/flash_attention_mma_bf16.cu",
            "task4/flash_backward.cu", "task4/flash_backward_mma.cu",
-           "task4/flash_backward_mma_fp16.cu", "task4/flash_backward_mma_bf16.cu"]
+           "task4/flash_backward_mma_fp16.cu", "task4/flash_backward_mma_bf16.cu",
+           "task4/flash_backward_mma_2d_fp16.cu", "task4/flash_backward_mma_2d_bf16.cu"]
 
 
 @lru_cache(maxsize=1)

@@ -86,8 +86,9 @@ struct BwdParams {
 // The head dim a backward runs at: its instantiation (64 or 128), columns past head_dim zero.
 inline int padded_head_dim(int64_t head_dim) { return head_dim <= 64 ? 64 : 128; }
 // Rows dq_accum has past S_q: at least any fused tile's kBlockStream (checked at the launch),
-// since a query tile may start at any row below S_q and its atomics are not guarded.
-constexpr int kDqAccumExtraRows = 64;
+// since a query tile may start at any row below S_q and its atomics are not guarded. 128: the
+// 2-D layout's head-dim-64 tile steps 128 queries (flash_backward_mma_2d.cuh).
+constexpr int kDqAccumExtraRows = 128;
 
 // One tile shape: kNWarps warps of 16 own rows each, streamed tiles of kBlockStream rows.
 // load_tile (the forward's copy) reads kHeadDim and kThreads from it.
@@ -837,6 +838,16 @@ const char* allow_smem(Kernel kernel, int bytes) {
   return nullptr;
 }
 
+// dQ = dq_accum * scale in the element type, after the kernel that added into dq_accum.
+template <typename Element>
+void launch_dq_convert(const BwdParams& p, cudaStream_t stream) {
+  const int64_t pairs = static_cast<int64_t>(p.batch) * p.heads * p.seq_q * (p.head_dim / 2);
+  constexpr int kConvertThreads = 256;
+  backward_dq_convert_kernel<Element>
+      <<<static_cast<unsigned>((pairs + kConvertThreads - 1) / kConvertThreads), kConvertThreads,
+         0, stream>>>(p);
+}
+
 // The backward's kernels on `stream` (the preprocess has run): deterministic, the dK/dV kernel
 // (CfgKV) then the dQ kernel (CfgQ); otherwise the fused dK/dV/dQ kernel (CfgFused, dQ by
 // atomics into p.dq_accum, zeroed by the caller) then the conversion of dQ. Returns an error
@@ -860,11 +871,7 @@ const char* launch_backward_mma(const BwdParams& p, bool deterministic, cudaStre
                     static_cast<unsigned>(kv_rows));
     fused<<<grid, CfgFused::kThreads, kSmem, stream>>>(p);
     if (cudaPeekAtLastError() != cudaSuccess) return "the fused dK/dV/dQ kernel did not launch";
-    const int64_t pairs = q_rows * p.seq_q * (p.head_dim / 2);
-    constexpr int kConvertThreads = 256;
-    backward_dq_convert_kernel<Element>
-        <<<static_cast<unsigned>((pairs + kConvertThreads - 1) / kConvertThreads), kConvertThreads,
-           0, stream>>>(p);
+    launch_dq_convert<Element>(p, stream);
     return nullptr;
   }
   constexpr int kSmemKV = BwdSmem<CfgKV>::bytes;
