@@ -311,6 +311,80 @@ __device__ __forceinline__ void store_score_row(const float (&acc)[Cfg::kScoreNT
   // END SOLUTION
 }
 
+// lse2 and D (the preprocess's per-query values) of this lane's columns of a warp's score
+// block, in registers: per n8 tile j, columns 8j + 2t and 8j + 2t + 1, one 8-byte
+// shared-memory load each, read once per query tile for all m16 rows of the block.
+// kInRegisters false: nothing (the caller reads them per row).
+template <typename Cfg, bool kInRegisters>
+struct ScoreColumns {
+  float2 lse2[Cfg::kScoreNTiles];
+  float2 delta[Cfg::kScoreNTiles];
+  // col_lse2 / col_delta: the stage's values at the warp's first query column.
+  __device__ __forceinline__ ScoreColumns(const float* col_lse2, const float* col_delta,
+                                          int lane) {
+    // BEGIN SOLUTION kernel
+    // HINT: Optional extension (the 2-D backward): per n8 tile j, the float2 at column 8j + 2t.
+    const int t2 = 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < Cfg::kScoreNTiles; ++j) {
+      lse2[j] = *reinterpret_cast<const float2*>(col_lse2 + 8 * j + t2);
+      delta[j] = *reinterpret_cast<const float2*>(col_delta + 8 * j + t2);
+    }
+    // END SOLUTION
+  }
+};
+
+template <typename Cfg>
+struct ScoreColumns<Cfg, false> {
+  __device__ __forceinline__ ScoreColumns(const float*, const float*, int) {}
+};
+
+// probabilities (flash_backward_mma.cuh) of one m16 row of a warp's score block with lse2 of
+// the columns from registers: P = exp2(s * scale_log2 - lse2) in place, the same operations.
+template <typename Cfg>
+__device__ __forceinline__ void column_probabilities(float (&s)[Cfg::kScoreNTiles][4],
+                                                     const ScoreColumns<Cfg, true>& cols,
+                                                     float scale_log2) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the 2-D backward): element (h, e) of n8 tile j uses column e of
+  // HINT: cols.lse2[j].
+#pragma unroll
+  for (int j = 0; j < Cfg::kScoreNTiles; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float lse2 = e ? cols.lse2[j].y : cols.lse2[j].x;
+        s[j][2 * h + e] = exp2_approx(fmaf(s[j][2 * h + e], scale_log2, -lse2));
+      }
+  // END SOLUTION
+}
+
+// score_gradients (flash_backward_mma.cuh) of one m16 row with D of the columns from
+// registers: dP becomes dS = P * (dP - D) * slope in place, the same operations.
+template <typename Cfg, bool kGeneral>
+__device__ __forceinline__ void column_score_gradients(
+    float (&dp)[Cfg::kScoreNTiles][4], const float (&p)[Cfg::kScoreNTiles][4],
+    const float (&slope)[kGeneral ? Cfg::kScoreNTiles : 1][4], bool capped,
+    const ScoreColumns<Cfg, true>& cols) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the 2-D backward): as column_probabilities, with cols.delta.
+#pragma unroll
+  for (int j = 0; j < Cfg::kScoreNTiles; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float d = e ? cols.delta[j].y : cols.delta[j].x;
+        float ds = p[j][2 * h + e] * (dp[j][2 * h + e] - d);
+        if constexpr (kGeneral) {
+          if (capped) ds *= slope[j][2 * h + e];
+        }
+        dp[j][2 * h + e] = ds;
+      }
+  // END SOLUTION
+}
+
 // Add a warp's dQ block into the query head's fp32 dq_accum rows ([dq_accum_rows][kHeadDim]),
 // the block's first element at (row0, col0): one vector atomic per pair of columns on sm_90.
 template <typename Cfg>
@@ -474,7 +548,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int ni = 0; ni < Cfg::kGradNTiles; ++ni)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dk[mi][ni][e] = dv[mi][ni][e] = 0.f;
-  const float no_row_values[2] = {0.f, 0.f};  // lse2 and D are per column (query) here
   const bool capped = kGeneral && p.mask.softcap > 0.0;
 
   for (int stage = 0; have; stage ^= 1) {
@@ -512,14 +585,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                             stage * Cfg::kBlockQueries + w.score_query0;
     const float* col_delta = reinterpret_cast<const float*>(smem_ptr + Layout::delta) +
                              stage * Cfg::kBlockQueries + w.score_query0;
+    // The default instantiation reads lse2 and D of its columns once per tile (ScoreColumns):
+    // read per m16 row, the score-tile stores between the rows make the compiler read them
+    // again. The general one keeps the per-row reads (ptxas spilled at sm_80 with the values
+    // held beside its mask fields).
+    const ScoreColumns<Cfg, !kGeneral> cols(col_lse2, col_delta, lane);
 #pragma unroll
     for (int mi = 0; mi < Cfg::kScoreMTiles; ++mi) {
       float slope[kGeneral ? Cfg::kScoreNTiles : 1][4];
       transform_scores<ScoreRow, kGeneral, true>(s[mi], slope, mask, p.mask, apply_mask,
                                                  key0 + 16 * mi, query0, lane);
-      probabilities<ScoreRow, true>(s[mi], col_lse2, no_row_values, p.scale_log2, lane);
-      score_gradients<ScoreRow, kGeneral, true>(ds[mi], s[mi], slope, capped, col_delta,
-                                                no_row_values, lane);
+      if constexpr (kGeneral) {
+        const float no_row_values[2] = {0.f, 0.f};  // lse2 and D are per column (query) here
+        probabilities<ScoreRow, true>(s[mi], col_lse2, no_row_values, p.scale_log2, lane);
+        score_gradients<ScoreRow, kGeneral, true>(ds[mi], s[mi], slope, capped, col_delta,
+                                                  no_row_values, lane);
+      } else {
+        column_probabilities<Cfg>(s[mi], cols, p.scale_log2);
+        column_score_gradients<Cfg, kGeneral>(ds[mi], s[mi], slope, capped, cols);
+      }
       store_score_row<Element, Cfg>(s[mi], smem_ptr + Layout::p_t, w.score_key0 + 16 * mi,
                                     w.score_query0, lane);
       store_score_row<Element, Cfg>(ds[mi], smem_ptr + Layout::ds_t, w.score_key0 + 16 * mi,
