@@ -200,9 +200,9 @@ def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_le
 # by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`) keeps fp16/bf16 on
 # the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
-# (head_dim, causal) -> version, where the measured routing table has no entry. 96 runs on the
-# 128 tile (zero-filled columns) as 128 does; 256 on its own 64-key tile, v5 (v2 is its other
-# rung; neither is measured there yet).
+# (head_dim, causal) -> version, where the measured routing table has no entry. 96 runs the 128
+# kernel (zero-filled columns) and reads the table's 128 rows (hopper.ROUTING_HEAD_DIM); 256 has
+# its own 64-key tile on v2 and v5, not in the table yet: v5.
 HOPPER_VERSION = {(64, False): 6, (64, True): 2, (96, False): 5, (96, True): 5,
                   (128, False): 5, (128, True): 5, (256, False): 5, (256, True): 5}
 

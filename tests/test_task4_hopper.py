@@ -507,6 +507,8 @@ def test_the_routing_table_is_measured_and_covers_every_case(monkeypatch):
     assert hopper.routed_version(torch.bfloat16, 128, True, 1500) == 2
     assert hopper.routed_version(torch.float16, 128, True, 1500) is None   # not in the table
     assert hopper.routed_version(torch.float32, 128, True, 1500) is None
+    assert hopper.routed_version(torch.bfloat16, 96, True, 1500) == 2      # 96 runs the 128 kernel
+    assert hopper.routed_version(torch.bfloat16, 256, True, 1500) is None  # not measured yet
     monkeypatch.setattr(attention, "HOPPER_PREFILL", True)
     monkeypatch.setattr(attention, "_hopper_ready", lambda: True)
     monkeypatch.setattr(hopper, "supports", lambda *a, **kw: True)
