@@ -412,8 +412,8 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[kRows][kCols]) {
 }
 
 // wgmma m64nNk16 with fp32 accumulators, for N in {64, 128} (and 256, rs only: O at head_dim
-// 256): ss takes A and B from shared
-// memory (descriptors), rs takes A from registers. `accumulate` = 0 overwrites D.
+// 256): ss takes A and B from shared memory (descriptors), rs takes A from registers.
+// `accumulate` = 0 overwrites D.
 // kTransposeB = 0: B is K-major; 1: B is MN-major [gmma: imm-tnsp-b].
 template <typename Element, int kN>
 struct Wgmma;
@@ -1158,10 +1158,11 @@ __device__ __forceinline__ CtaWork work_tile(const Params& p, int64_t tile) {
 }
 
 // The highest key tile <= n that the CTA visits, or a value below w.n_first when none is left;
-// `kind` gets its TileKind (that of the 128-key summary block the tile lies in). Without a summary that is n itself (kTileVisible: the interval
-// alone decides); with one, the tiles the summary calls empty are passed over. The producer and
-// the consumers call it on the same arguments, so they walk the same list; the stage and parity
-// counters count visited tiles. (A CTA's row of the summary is a few bytes that stay in L1.)
+// `kind` gets its TileKind (that of the 128-key summary block the tile lies in). Without a
+// summary that is n itself (kTileVisible: the interval alone decides); with one, the tiles the
+// summary calls empty are passed over. The producer and the consumers call it on the same
+// arguments, so they walk the same list; the stage and parity counters count visited tiles. (A
+// CTA's row of the summary is a few bytes that stay in L1.)
 template <typename Cfg>
 __device__ __forceinline__ int visited_tile(const CtaWork& w, int n, int& kind) {
   kind = kTileVisible;
@@ -1891,10 +1892,10 @@ CUtensorMap make_tensor_map(const torch::Tensor& t, int box_rows) {
 }
 
 // The summary of p's mask tensor for tiles of `rows` query rows (the CTA's kBlockM) and
-// kSummaryKeys keys, on `stream`: fills p.tile_summary and its strides, and returns the tensor that
-// holds it, [mask batches, mask heads, query tiles, key tiles] (the caller keeps it until the
-// attention kernel is launched on the same stream: the caching allocator reuses it only after
-// that). p.seq_q, p.seq_k and p.mask are the caller's.
+// kSummaryKeys keys, on `stream`: fills p.tile_summary and its strides, and returns the tensor
+// that holds it, [mask batches, mask heads, query tiles, key tiles] (the caller keeps it until
+// the attention kernel is launched on the same stream: the caching allocator reuses it only
+// after that). p.seq_q, p.seq_k and p.mask are the caller's.
 torch::Tensor build_tile_summary(hopper_attn::Params& p, int rows, int cols, const torch::Tensor& q,
                                  cudaStream_t stream) {
   const attn::MaskParams& m = p.mask;
@@ -1939,7 +1940,8 @@ void launch_hopper(const hopper_attn::Params& params, const torch::Tensor& q, co
   // change between calls), never another instantiation (dispatch_general).
   torch::Tensor summary;
   if constexpr (Cfg::kMaskTensor) {
-    if (p.mask.mask != nullptr) summary = build_tile_summary(p, Cfg::kBlockM, hopper_attn::kSummaryKeys, q, stream);
+    if (p.mask.mask != nullptr)
+      summary = build_tile_summary(p, Cfg::kBlockM, hopper_attn::kSummaryKeys, q, stream);
   }
   CUtensorMap maps[3];
   std::memset(maps, 0, sizeof(maps));
@@ -2107,7 +2109,8 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
 
   // BEGIN SOLUTION
   // HINT: Optional extension (beyond the graded course): dispatch to the instantiation for
-  // HINT: q's dtype and head_dim (64; 96 on the 128 tile; 128; 256) and `version`, and check the launch.
+  // HINT: q's dtype and head_dim (64; 96 on the 128 tile; 128; 256) and `version`, and check
+  // HINT: the launch.
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const bool fp16 = q.scalar_type() == torch::kHalf;
   if (q.size(3) == 64) {
