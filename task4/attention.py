@@ -194,13 +194,17 @@ def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_le
 # v6's 192-row tiles on the diagonal),
 # with windows, key lengths, bool and additive mask tensors, softcap, sinks and a scale (its
 # general predicate; a mask tensor is summarised per tile, so a block-sparse mask costs its
-# visible tiles); what it does not take (a stride, other head dims, other GPUs, strides the TMA
-# refuses, a failed build, a kernel that is not written yet) stays on the mma.sync kernel. On
+# visible tiles); what it does not take (a stride, head dims other than 64, 96, 128 and 256,
+# other GPUs, strides the TMA refuses, a failed build, a kernel that is not written yet) stays
+# on the mma.sync kernel. On
 # by default; ATTN_HOPPER_PREFILL=0 (or `with hopper_prefill(False):`) keeps fp16/bf16 on
 # the mma.sync kernel, to compare the two or to time the mma.sync kernel.
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
-# (head_dim, causal) -> version, where the measured routing table has no entry
-HOPPER_VERSION = {(64, False): 6, (64, True): 2, (128, False): 5, (128, True): 5}
+# (head_dim, causal) -> version, where the measured routing table has no entry. 96 runs the 128
+# kernel (zero-filled columns) and reads the table's 128 rows (hopper.ROUTING_HEAD_DIM); 256 has
+# its own 64-key tile on v2 and v5, not in the table yet: v5.
+HOPPER_VERSION = {(64, False): 6, (64, True): 2, (96, False): 5, (96, True): 5,
+                  (128, False): 5, (128, True): 5, (256, False): 5, (256, True): 5}
 
 
 @contextlib.contextmanager
@@ -257,7 +261,8 @@ def _hopper_probe() -> bool:
         return False
     gen = torch.Generator(device="cuda").manual_seed(0)
     in_use = {(d, v) for (d, _), v in HOPPER_VERSION.items()}
-    in_use |= {(d, v) for d in (64, 128) for v in hopper.ROUTING_VERSIONS if hopper.takes_head_dim(v, d)}
+    in_use |= {(d, v) for d, _ in HOPPER_VERSION for v in hopper.ROUTING_VERSIONS
+               if hopper.takes_head_dim(v, d)}
     for head_dim, version in sorted(in_use):
         q, k, v = (torch.randn(1, 2, 130, head_dim, device="cuda", generator=gen).half()
                    for _ in range(3))
@@ -266,15 +271,16 @@ def _hopper_probe() -> bool:
         except NotImplementedError:
             return False  # the optional extension is not written: nothing to say
         except RuntimeError as err:
-            warnings.warn(f"The Hopper kernel (version {version}) failed on a small problem, so "
-                          f"fp16/bf16 attention runs on the mma.sync kernel: "
+            warnings.warn(f"The Hopper kernel (version {version}, head_dim {head_dim}) failed on a "
+                          f"small problem, so fp16/bf16 attention runs on the mma.sync kernel: "
                           f"{str(err).splitlines()[0]}", stacklevel=3)
             return False
         truth = reference_attention_variant(q, k, v, Variant(causal=True))
         if not (ours.double() - truth).abs().max().item() <= 1e-2:
-            warnings.warn(f"The Hopper kernel (version {version}) gives wrong results on a small "
-                          "problem, so fp16/bf16 attention runs on the mma.sync kernel "
-                          "(python -m pytest tests/test_task4_hopper.py shows where).", stacklevel=3)
+            warnings.warn(f"The Hopper kernel (version {version}, head_dim {head_dim}) gives wrong "
+                          "results on a small problem, so fp16/bf16 attention runs on the mma.sync "
+                          "kernel (python -m pytest tests/test_task4_hopper.py shows where).",
+                          stacklevel=3)
             return False
     return True
 

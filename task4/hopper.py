@@ -9,8 +9,11 @@ extension `custom_flash_attention_hopper` built for sm_90a only.
 `version` picks a rung of the ladder the kernel file describes: 1 = wgmma with cp.async
 loads, 2 = TMA + mbarrier pipeline, 3 = warp-specialized producer/consumer warpgroups, 4 = 3 with
 each consumer's softmax overlapping its own P V product, 5 = 4 with the two consumers taking
-turns at the tensor cores (ping-pong), 6 = 5 with three consumer warpgroups (head_dim 64 only).
-Cases the kernel does not take (other head dims, a stride, fp32, unaligned strides) are refused
+turns at the tensor cores (ping-pong), 6 = 5 with three consumer warpgroups (head_dim 64 only),
+7 = 5 persistent. Head dims 64 and 128 run every rung that takes them, 96 runs on the 128 tile
+(columns 96..127 zero-filled) on all but v6, 256 has a 64-key tile of its own on versions 2 and
+5 (`takes_head_dim`). Cases the kernel does not take (other head dims, a stride, fp32, unaligned
+strides) are refused
 by `supports`; callers fall back to the mma.sync kernel (task4.attention.flash_attention).
 Windows, key lengths, mask tensors (bool or additive, summarised per 128 x 128 tile so that
 empty tiles are skipped; on version 5 whichever was asked), softcap, sinks and a scale run its
@@ -150,12 +153,18 @@ def routing() -> dict:
         return {}
 
 
+# Head dims that run on another's instantiation read its rows of the table: 96 is the 128 kernel
+# with zero-filled columns (task4/flash_attention_hopper.cu), so its rungs rank as at 128.
+ROUTING_HEAD_DIM = {96: 128}
+
+
 def routed_version(dtype: torch.dtype, head_dim: int, causal: bool, seq_k: int) -> int | None:
     """The measured fastest rung for these inputs, or None when the table has no such case."""
     if dtype not in DTYPE_NAMES:
         return None
     version = routing().get("versions", {}).get(
-        routing_key(DTYPE_NAMES[dtype], head_dim, causal, seq_bucket(seq_k)))
+        routing_key(DTYPE_NAMES[dtype], ROUTING_HEAD_DIM.get(head_dim, head_dim), causal,
+                    seq_bucket(seq_k)))
     return int(version) if version is not None and takes_head_dim(int(version), head_dim) else None
 
 

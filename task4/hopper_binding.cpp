@@ -5,10 +5,11 @@
 // Hopper GPUs alone.
 #include "binding_api.h"
 
-// fp16/bf16, q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D], D in {64, 128}, any strides with a
-// contiguous last dimension that are multiples of 16 bytes. version: 1 (wgmma, cp.async),
-// 2 (TMA + mbarrier pipeline), 3 (warp-specialized producer/consumers), 4 (3 + softmax
-// overlapping P V), 5 (4 + the consumers taking turns). Writes `out` when
+// fp16/bf16, q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D], D in {64, 96, 128, 256} (256: versions
+// 2 and 5), any strides with a contiguous last dimension that are multiples of 16 bytes.
+// version: 1 (wgmma, cp.async), 2 (TMA + mbarrier pipeline), 3 (warp-specialized
+// producer/consumers), 4 (3 + softmax overlapping P V), 5 (4 + the consumers taking turns),
+// 6 (5 with three consumers, head_dim 64), 7 (5 persistent). Writes `out` when
 // given; `lse` ([B, H_q, S_q] float32) receives each row's base-2 log-sum-exp; `scale` is the
 // softmax scale (None = 1/sqrt(D)).
 // The variants of common/variants.py but a stride (window, mask, key_lengths, left_padding,

@@ -192,7 +192,11 @@ BACKWARD_HALF_SECTION = Section(
 # --- the Hopper kernel's ladder (task4/hopper_ladder.py) --------------------------------------
 
 HOPPER_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # task4/hopper.py's VERSIONS
-HOPPER_HEAD_DIMS = {6: (64,)}          # versions that take only some head dims (others: 64, 128)
+# The head dims each version takes (task4/flash_attention_hopper.cu: 96 runs on the 128 tile, the
+# TMA or v1's copies zero-filling columns 96..127; 256 has a 64-key tile of its own, built for v2
+# and v5 alone; v6's 160-register consumers hold 64 only). Other head dims run the mma.sync kernel.
+HOPPER_HEAD_DIMS = {1: (64, 96, 128), 2: (64, 96, 128, 256), 3: (64, 96, 128), 4: (64, 96, 128),
+                    5: (64, 96, 128, 256), 6: (64,), 7: (64, 96, 128)}
 HOPPER_SHAPES = ("b4_h32_s4096_d128", "b8_h32_s2048_d64", "b1_h32_s16384_d128",
                  "b16_h32_s1024_d128", "b32_h32_s512_d64", "b2_h32_s8192_d64",
                  "b4_hq32_hkv8_s4096_d128")
@@ -200,7 +204,7 @@ HOPPER_SHAPES = ("b4_h32_s4096_d128", "b8_h32_s2048_d64", "b1_h32_s16384_d128",
 
 def hopper_takes_head_dim(version: int, head_dim: int) -> bool:
     """Whether version `version` of the Hopper kernel is built for `head_dim`."""
-    return head_dim in HOPPER_HEAD_DIMS.get(version, (64, 128))
+    return head_dim in HOPPER_HEAD_DIMS.get(version, ())
 
 
 def hopper_prefix(dtype: str, shape: str, mask: str, version: int | None = None) -> str:

@@ -25,8 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SOURCE = REPO_ROOT / "task4" / "flash_attention_hopper.cu"
 # 2 dtypes x (head_dim 64: v1-v7, 128: v1-v5 and v7) dense, + 2 dtypes x 2 head dims x (v2, v5)
 # with the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the
-# softcap.
-EXPECTED_KERNELS = 26 + 8 + 4
+# softcap, + head_dim 256's own tile: 2 dtypes x (v2, v5 dense, v5 general, v5 softcap). Head_dim
+# 96 runs on the 128 instantiations.
+EXPECTED_KERNELS = 26 + 8 + 4 + 8
 
 
 def _need_nvcc() -> str:
@@ -110,10 +111,10 @@ def _cases():
     # (B, H_q, H_kv, S_q, S_k, D, causal, layout)
     cases = []
     for s in (1, 7, 113, 257):
-        for d in (64, 128):
+        for d in (64, 96, 128, 256):
             for causal in (False, True):
                 cases.append((2, 3, 3, s, s, d, causal, "contiguous"))
-    for d in (64, 128):
+    for d in (64, 96, 128, 256):
         for causal in (False, True):
             cases.append((1, 2, 2, 7, 300, d, causal, "contiguous"))     # Sq < Sk
             cases.append((1, 2, 2, 300, 129, d, causal, "contiguous"))   # Sq > Sk: empty rows
@@ -204,10 +205,18 @@ def test_refuses_what_it_does_not_take():
     assert hopper.supports(q, q, q, mask=torch.ones(64, 64, dtype=torch.bool, device="cuda"))
     assert not hopper.supports(q, q, q, mask=torch.ones(64, 64, dtype=torch.bool))  # on the CPU
     assert not hopper.supports(q.float(), q.float(), q.float())
+    d80 = torch.randn(1, 2, 64, 80, device="cuda", dtype=torch.float16)
+    assert not hopper.supports(d80, d80, d80)                   # not one of 64, 96, 128, 256
+    with pytest.raises(ValueError, match="head_dim other than"):
+        hopper.flash_attention_hopper(d80, d80, d80)
     d96 = torch.randn(1, 2, 64, 96, device="cuda", dtype=torch.float16)
-    assert not hopper.supports(d96, d96, d96)
-    with pytest.raises(ValueError):
-        hopper.flash_attention_hopper(d96, d96, d96)
+    d256 = torch.randn(1, 2, 64, 256, device="cuda", dtype=torch.float16)
+    assert hopper.supports(d96, d96, d96) and hopper.supports(d256, d256, d256)
+    with pytest.raises(ValueError, match="head_dim 64 only"):
+        hopper.flash_attention_hopper(d96, d96, d96, version=6)
+    for version in (1, 3, 4, 7):                                # 256 has versions 2 and 5 only
+        with pytest.raises(ValueError, match="head_dim 256 runs versions 2 and 5"):
+            hopper.flash_attention_hopper(d256, d256, d256, version=version)
     with pytest.raises(ValueError):
         hopper.flash_attention_hopper(q, q, q, version=8)
     with pytest.raises(ValueError, match="versions 2, 5, 6 or 7"):
@@ -233,7 +242,62 @@ MASK_CASES = [
     (2, 4, 4, 500, 500, 128, True, "blocks64"), (1, 8, 2, 640, 768, 64, True, "blocksfloat"),
     (2, 4, 4, 384, 1100, 128, False, "blocksfloat32"), (1, 2, 2, 7, 300, 128, True, "blocks"),
     (1, 2, 2, 1, 1, 64, False, "blocksfloat"),
+    # head_dim 96 on the 128 tile; 256's 64-key tiles read the 128-key summary's blocks
+    (1, 4, 2, 700, 900, 96, True, "blocks"), (2, 4, 4, 500, 500, 96, False, "blocks64"),
+    (2, 4, 2, 700, 900, 256, True, "blocks"), (2, 4, 4, 500, 500, 256, False, "blocks64"),
+    (1, 4, 4, 384, 1100, 256, False, "blocksfloat32"), (1, 8, 2, 640, 768, 256, True, "blocksfloat"),
 ]
+
+
+# Head dims 96 (the 128 tile, zero-filled columns) and 256 (64-key tiles) with the variants real
+# models run there (Gemma-2 at 256: softcap and sliding windows; Phi-3 at 96): (B, H_q, H_kv,
+# S_q, S_k, D, variant kwargs), on versions 2 and 5 (256's general v2 runs as v5) and through
+# flash_attention, which must route them to the Hopper kernel.
+def _head_dim_variant_cases():
+    lengths3 = torch.tensor([300, 129, 1], dtype=torch.int32, device="cuda")
+    cases = []
+    for d in (96, 256):
+        cases += [
+            (1, 4, 2, 300, 300, d, dict(causal=True, window=100)),
+            (2, 4, 4, 257, 257, d, dict(causal=False, window=64)),
+            (3, 2, 2, 300, 300, d, dict(causal=True, key_lengths=lengths3, left_padding=True)),
+            (3, 2, 1, 113, 300, d, dict(causal=False, key_lengths=lengths3)),
+            (1, 4, 2, 200, 200, d, dict(causal=True, softcap=50.0, window=90)),
+            (2, 2, 2, 129, 129, d, dict(causal=False, softcap=30.0)),
+            (1, 2, 2, 100, 700, d, dict(causal=True, window=200)),            # S_q < S_k
+            (1, 4, 4, 300, 129, d, dict(causal=True, sinks=torch.linspace(-1, 2, 4, device="cuda"))),
+            (1, 2, 2, 65, 190, d, dict(causal=True, scale=0.3)),
+        ]
+    return cases
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_variants_at_head_dims_96_and_256(dtype):
+    hopper = _hopper_or_skip()
+    from common.checks import assert_checks
+    from common.variants import Variant, check_variant
+    from task4 import attention
+
+    checks = []
+    for b, hq, hkv, sq, sk, d, kwargs in _head_dim_variant_cases():
+        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
+        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
+        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        variant = Variant(**kwargs)
+        name = f"{(b, hq, hkv, sq, sk, d)} {variant.describe()}"
+        assert hopper.supports(q, k, v), name
+        assert attention._hopper_version(q, k, v, variant.causal, None) is not None, name
+        call = {n: value for n, value in variant.kwargs().items() if n != "causal"}
+        for version in (2, 5):
+            checks.append(check_variant(
+                f"v{version} {name}", lambda out, q=q, k=k, v=v, version=version, causal=variant.causal,
+                call=call: hopper.flash_attention_hopper(q, k, v, causal, version, out, **call),
+                q, k, v, variant))
+        checks.append(check_variant(
+            f"flash_attention {name}", lambda out, q=q, k=k, v=v, variant=variant:
+            attention.flash_attention(q, k, v, out=out, **variant.kwargs()), q, k, v, variant))
+    assert_checks(checks)
 
 
 @pytest.mark.gpu
@@ -344,7 +408,7 @@ def test_the_ladder_records_every_figure_results_md_shows():
 def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
     """With HOPPER_PREFILL on, fp16/bf16 inputs the Hopper kernel takes go to it, at the
     version chosen for their head_dim and mask (here task4.attention's rules: the measured table
-    is tested below); anything else (fp32, head_dim 96, a kernel that says no, no Hopper GPU)
+    is tested below); anything else (fp32, head_dim 80, a kernel that says no, no Hopper GPU)
     stays on the mma.sync path. Fakes stand in for the GPU."""
     from task4 import attention, hopper
 
@@ -362,14 +426,17 @@ def test_flash_attention_routes_what_the_hopper_kernel_takes(monkeypatch):
         q = torch.zeros(1, 2, seq, head_dim, dtype=dtype)
         return attention._hopper_version(q, q, q, causal, None)
 
-    chosen = {d: attention.HOPPER_VERSION[(d, False)] for d in (64, 128)}
-    assert set(attention.HOPPER_VERSION) == {(d, c) for d in (64, 128) for c in (False, True)}
+    chosen = {d: attention.HOPPER_VERSION[(d, False)] for d in (64, 96, 128, 256)}
+    assert set(attention.HOPPER_VERSION) == {(d, c) for d in (64, 96, 128, 256)
+                                             for c in (False, True)}
     assert set(attention.HOPPER_VERSION.values()) <= set(hopper.VERSIONS)
     assert all(hopper.takes_head_dim(v, d) for (d, _), v in attention.HOPPER_VERSION.items())
     assert route(torch.float16, 8, 128) == chosen[128] and route(torch.bfloat16, 8, 64) == chosen[64]
     assert route(torch.float16, 8, 64, causal=True) == attention.HOPPER_VERSION[(64, True)]
     assert route(torch.float32, 8, 128) is None      # fp32: the course kernel
-    assert route(torch.float16, 8, 96) is None       # no rung measured for head_dim 96
+    assert route(torch.float16, 8, 96) == chosen[96]     # on the 128 tile, columns zero-filled
+    assert route(torch.bfloat16, 8, 256, causal=True) == attention.HOPPER_VERSION[(256, True)]
+    assert route(torch.float16, 8, 80) is None       # no rung for head_dim 80: mma.sync
     assert route(torch.float16, 5, 64) is None       # the kernel's own supports() says no
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
     assert attention.flash_attention(q, q, q) is q and calls[-1][:2] == (chosen[64], None)
@@ -440,6 +507,8 @@ def test_the_routing_table_is_measured_and_covers_every_case(monkeypatch):
     assert hopper.routed_version(torch.bfloat16, 128, True, 1500) == 2
     assert hopper.routed_version(torch.float16, 128, True, 1500) is None   # not in the table
     assert hopper.routed_version(torch.float32, 128, True, 1500) is None
+    assert hopper.routed_version(torch.bfloat16, 96, True, 1500) == 2      # 96 runs the 128 kernel
+    assert hopper.routed_version(torch.bfloat16, 256, True, 1500) is None  # not measured yet
     monkeypatch.setattr(attention, "HOPPER_PREFILL", True)
     monkeypatch.setattr(attention, "_hopper_ready", lambda: True)
     monkeypatch.setattr(hopper, "supports", lambda *a, **kw: True)
