@@ -269,6 +269,35 @@ HOPPER_SECTION = Section(
     sources=("task4.hopper",), where="beyond")
 
 
+# --- head dims 96 and 256 on the Hopper kernel (task4/hopper_head_dims.py) --------------------
+
+HOPPER_HEAD_DIM_SHAPES = ("b2_h16_s8192_d256", "b4_h32_s4096_d96")
+
+HOPPER_HEAD_DIMS_SECTION = Section(
+    "The Hopper kernel at head dims 96 (Phi-3) and 256 (Gemma)",
+    intro=("`python -m task4.hopper_head_dims`: task4.attention.flash_attention as routed (96 on "
+           "the head_dim-128 tile with columns 96..127 zero-filled by the TMA; 256 on a 64-key tile "
+           "of its own) beside SDPA pinned to each backend that runs the case, one process, "
+           "alternating rounds, after every check against float64 passed. TFLOP/s = 4·B·H·S²·D / "
+           "time, halved when causal; ratio = the fastest SDPA backend's time / ours (issue 31's "
+           "target at 256: 1.0).",),
+    blocks=(Table(("dtype", "shape", "mask", "version", "cuDNN TFLOP/s", "FA2 TFLOP/s",
+                   "efficient TFLOP/s", "flash_attention TFLOP/s", "/ best SDPA"),
+                  tuple(Row((dtype, shape, mask,
+                             Metric(f"{hopper_prefix(dtype, shape, mask)}.version", "v{:.0f}"),
+                             Metric(f"{hopper_prefix(dtype, shape, mask)}.sdpa_cudnn_tflops", "{:.0f}"),
+                             Metric(f"{hopper_prefix(dtype, shape, mask)}.sdpa_flash_tflops", "{:.0f}"),
+                             Metric(f"{hopper_prefix(dtype, shape, mask)}.sdpa_efficient_tflops",
+                                    "{:.0f}"),
+                             Metric(f"{hopper_prefix(dtype, shape, mask)}.tflops", "{:.0f}"),
+                             Metric(f"{hopper_prefix(dtype, shape, mask)}.ratio_vs_sdpa_best",
+                                    suffix="x")),
+                            when=f"{hopper_prefix(dtype, shape, mask)}.ratio_vs_sdpa_best")
+                        for dtype in ("fp16", "bf16") for shape in HOPPER_HEAD_DIM_SHAPES
+                        for mask in MASKS)),),
+    sources=("task4.hopper",), where="beyond")
+
+
 # --- the prefill on real models' variants (task4/hopper_variants.py) --------------------------
 
 HOPPER_VARIANT_CASES = (
@@ -316,5 +345,6 @@ MANIFEST = TaskManifest(
                        label=f"{'c' if mask == 'causal' else 'nc'} {label.strip('()').replace(', ', 'x')}")
                 for shape, label in COURSE_SHAPES for mask in MASKS),
     sections=(COURSE_SECTION, KERNEL_SECTION, VARIANTS_SECTION, HOPPER_SECTION,
-              HOPPER_VARIANTS_SECTION, BACKWARD_SECTION, BACKWARD_HALF_SECTION),
+              HOPPER_HEAD_DIMS_SECTION, HOPPER_VARIANTS_SECTION, BACKWARD_SECTION,
+              BACKWARD_HALF_SECTION),
     cpu_note="its kernel is CUDA")
