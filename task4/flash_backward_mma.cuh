@@ -561,38 +561,46 @@ struct QueryTileCursor {
   }
 };
 
-// Issue the copies of one query tile into `stage` (Q and dO by cp.async, one commit group) and
-// write its lse2 and D columns (+inf and 0 past seq_q: P = 0 there).
-template <typename Element, typename Cfg>
-__device__ __forceinline__ void load_query_tile(const BwdParams& p, uint32_t smem,
-                                                unsigned char* smem_ptr, int stage, int batch,
+// Issue the copies of one query tile's Q and dO rows to q_dst and do_dst (cp.async, one commit
+// group) and write its lse2 and D to lse2_dst and delta_dst (+inf and 0 past seq_q: P = 0 and
+// dS = 0 there). kRows rows: the kernel's streamed tile (this file) or query step (the 2-D one).
+template <typename Element, typename Cfg, int kRows>
+__device__ __forceinline__ void load_query_rows(const BwdParams& p, uint32_t q_dst, uint32_t do_dst,
+                                                float* lse2_dst, float* delta_dst, int batch,
                                                 int kv_head, const QueryTileCursor& tile, int tid) {
   // BEGIN SOLUTION kernel
   // HINT: Optional extension: load_tile Q and dO of the query head (kv_head * kv_group +
-  // HINT: tile.group) at rows tile.start into stream_a/b(stage), cp_async_commit, then write the
-  // HINT: stage's lse2 and D columns (+inf and 0 for rows >= seq_q).
-  using Layout = BwdSmem<Cfg>;
+  // HINT: tile.group) at rows tile.start into q_dst and do_dst, cp_async_commit, then write the
+  // HINT: tile's lse2 and D values (+inf and 0 for rows >= seq_q).
   const int head = kv_head * p.kv_group + tile.group;
   const Element* q_head = static_cast<const Element*>(p.q) + batch * p.q_stride_b +
                           head * p.q_stride_h;
   const Element* do_head = static_cast<const Element*>(p.d_out) + batch * p.do_stride_b +
                            head * p.do_stride_h;
-  load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_a(stage), q_head, p.q, p.q_stride_s,
-                                    tile.start, p.seq_q, p.head_dim, tid);
-  load_tile<Cfg, Cfg::kBlockStream>(smem + Layout::stream_b(stage), do_head, p.d_out,
-                                    p.do_stride_s, tile.start, p.seq_q, p.head_dim, tid);
+  load_tile<Cfg, kRows>(q_dst, q_head, p.q, p.q_stride_s, tile.start, p.seq_q, p.head_dim, tid);
+  load_tile<Cfg, kRows>(do_dst, do_head, p.d_out, p.do_stride_s, tile.start, p.seq_q, p.head_dim, tid);
   cp_async_commit();
-  float* const col_lse2 = reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockStream;
-  float* const col_delta =
-      reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockStream;
   const int64_t row_base = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q;
-  for (int c = tid; c < Cfg::kBlockStream; c += Cfg::kThreads) {
+  for (int c = tid; c < kRows; c += Cfg::kThreads) {
     const int query = tile.start + c;
     const bool real = query < p.seq_q;
-    col_lse2[c] = real ? p.lse2[row_base + query] : INFINITY;
-    col_delta[c] = real ? p.delta[row_base + query] : 0.f;
+    lse2_dst[c] = real ? p.lse2[row_base + query] : INFINITY;
+    delta_dst[c] = real ? p.delta[row_base + query] : 0.f;
   }
   // END SOLUTION
+}
+
+// One query tile into `stage` of this kernel's shared memory (load_query_rows).
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void load_query_tile(const BwdParams& p, uint32_t smem,
+                                                unsigned char* smem_ptr, int stage, int batch,
+                                                int kv_head, const QueryTileCursor& tile, int tid) {
+  using Layout = BwdSmem<Cfg>;
+  load_query_rows<Element, Cfg, Cfg::kBlockStream>(
+      p, smem + Layout::stream_a(stage), smem + Layout::stream_b(stage),
+      reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockStream,
+      reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockStream, batch,
+      kv_head, tile, tid);
 }
 
 // dK and dV: grid (key tiles, B * H_kv); a CTA owns kBlockOwn keys of one KV head and walks

@@ -443,37 +443,18 @@ __device__ __forceinline__ void store_gradient_block(
   // END SOLUTION
 }
 
-// Issue the copies of one query tile into `stage` (Q and dO by cp.async, one commit group) and
-// write its lse2 and D (+inf and 0 past seq_q: P = 0 and dS = 0 there).
+// One query tile into `stage` of the 2-D kernel's shared memory (load_query_rows).
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void load_query_tile_2d(const BwdParams& p, uint32_t smem,
                                                    unsigned char* smem_ptr, int stage, int batch,
                                                    int kv_head, const QueryTileCursor& tile,
                                                    int tid) {
-  // BEGIN SOLUTION kernel
-  // HINT: Optional extension (the 2-D backward): as load_query_tile, into Bwd2dSmem's stage.
   using Layout = Bwd2dSmem<Cfg>;
-  const int head = kv_head * p.kv_group + tile.group;
-  const Element* q_head = static_cast<const Element*>(p.q) + batch * p.q_stride_b +
-                          head * p.q_stride_h;
-  const Element* do_head = static_cast<const Element*>(p.d_out) + batch * p.do_stride_b +
-                           head * p.do_stride_h;
-  load_tile<Cfg, Cfg::kBlockQueries>(smem + Layout::q(stage), q_head, p.q, p.q_stride_s,
-                                     tile.start, p.seq_q, p.head_dim, tid);
-  load_tile<Cfg, Cfg::kBlockQueries>(smem + Layout::d_out(stage), do_head, p.d_out,
-                                     p.do_stride_s, tile.start, p.seq_q, p.head_dim, tid);
-  cp_async_commit();
-  float* const lse2 = reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockQueries;
-  float* const delta =
-      reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockQueries;
-  const int64_t row_base = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q;
-  for (int c = tid; c < Cfg::kBlockQueries; c += Cfg::kThreads) {
-    const int query = tile.start + c;
-    const bool real = query < p.seq_q;
-    lse2[c] = real ? p.lse2[row_base + query] : INFINITY;
-    delta[c] = real ? p.delta[row_base + query] : 0.f;
-  }
-  // END SOLUTION
+  load_query_rows<Element, Cfg, Cfg::kBlockQueries>(
+      p, smem + Layout::q(stage), smem + Layout::d_out(stage),
+      reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockQueries,
+      reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockQueries, batch,
+      kv_head, tile, tid);
 }
 
 // ---------------------------------------------------------------------------------------
