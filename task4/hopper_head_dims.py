@@ -87,7 +87,7 @@ def routed_version(q, k, v, causal) -> int | None:
     return attention._hopper_version(q, k, v, causal, None)
 
 
-def check_correctness(checks: list[Check], log: list[dict]) -> None:
+def check_correctness(checks: list[Check]) -> None:
     from task4 import attention, hopper
     from task4.variants_checks import block_sparse_mask
 
@@ -121,7 +121,6 @@ def check_correctness(checks: list[Check], log: list[dict]) -> None:
                     attention.flash_attention(q, k, v, out=out, **variant.kwargs()), q, k, v,
                     variant))
                 for c in checks[-len(versions) - 1:]:
-                    log.append({"name": c.name, "passed": c.passed, "detail": c.detail})
                     if not c.passed:
                         print("FAIL", c.name, c.detail, flush=True)
                 del q, k, v
@@ -141,14 +140,13 @@ def check_correctness(checks: list[Check], log: list[dict]) -> None:
                     lambda out, q=q, k=k, v=v, causal=causal:
                     attention.flash_attention(q, k, v, causal, out), q, k, v, Variant(causal=causal))
                 checks.append(c)
-                log.append({"name": c.name, "passed": c.passed, "detail": c.detail})
                 if not c.passed:
                     print("FAIL", c.name, c.detail, flush=True)
             del q, k, v
             torch.cuda.empty_cache()
 
 
-def time_cases(metrics: dict, table: dict) -> None:
+def time_cases(metrics: dict) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from task4 import attention, hopper
@@ -199,8 +197,6 @@ def time_cases(metrics: dict, table: dict) -> None:
                 metrics[f"{key}.version"] = float(version)
                 metrics[f"{key}.ratio_vs_sdpa_best"] = ratio
                 metrics.update({f"{key}.{n}_tflops": tf for n, tf in tflops.items() if n != "routed"})
-                table[f"{dname}.{label}.{mask}"] = {"ms": ms, "tflops": tflops, "best_sdpa": best,
-                                                    "ratio_vs_sdpa_best": ratio, "version": version}
                 others = " ".join(f"{n} {tflops[n]:.0f}" for n in contenders
                                   if n.startswith("v"))
                 print(f"{dname + ' ' + label + ' ' + mask:42s} v{version:<2d} {tflops['routed']:6.0f} " +
@@ -251,18 +247,18 @@ def main(argv=None) -> int:
         return 2
     started = time.time()
     hopper.load()
-    checks, log = [], []
-    check_correctness(checks, log)
+    checks = []
+    check_correctness(checks)
     failed = [c for c in checks if not c.passed]
     print(f"\ncorrectness: {len(checks) - len(failed)}/{len(checks)} passed "
           f"({time.time() - started:.0f} s)", flush=True)
-    metrics, table = {}, {}
+    metrics = {}
     if failed:
         print("failures, so no timing:")
         for c in failed[:40]:
             print("  FAIL", c.name, c.detail)
     elif not args.no_timing:
-        time_cases(metrics, table)
+        time_cases(metrics)
         if not args.no_record:
             from common.results import record
 
