@@ -386,12 +386,12 @@ __device__ __forceinline__ void column_score_gradients(
 }
 
 // Add a warp's dQ block into the query head's fp32 dq_accum rows ([dq_accum_rows][kHeadDim]),
-// the block's first element at (row0, col0): one vector atomic per pair of columns on sm_90.
+// the block's first element at (row0, col0): atomic_add_pair per pair of columns.
 template <typename Cfg>
 __device__ __forceinline__ void add_dq_block_2d(const float (&acc)[Cfg::kDqMTiles][Cfg::kDqNTiles][4],
                                                 float* head, int row0, int col0, int lane) {
   // BEGIN SOLUTION kernel
-  // HINT: Optional extension (the 2-D backward): atomicAdd each accumulator pair at row
+  // HINT: Optional extension (the 2-D backward): atomic_add_pair each accumulator pair at row
   // HINT: row0 + 16 mi + g + 8h, columns col0 + 8 ni + 2t.
   const int g = lane >> 2;
   const int t2 = 2 * (lane & 3);
@@ -401,15 +401,8 @@ __device__ __forceinline__ void add_dq_block_2d(const float (&acc)[Cfg::kDqMTile
     for (int h = 0; h < 2; ++h) {
       float* row = head + static_cast<int64_t>(row0 + 16 * mi + g + 8 * h) * Cfg::kHeadDim + col0 + t2;
 #pragma unroll
-      for (int ni = 0; ni < Cfg::kDqNTiles; ++ni) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        atomicAdd(reinterpret_cast<float2*>(row + 8 * ni),
-                  make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]));
-#else
-        atomicAdd(row + 8 * ni, acc[mi][ni][2 * h]);
-        atomicAdd(row + 8 * ni + 1, acc[mi][ni][2 * h + 1]);
-#endif
-      }
+      for (int ni = 0; ni < Cfg::kDqNTiles; ++ni)
+        atomic_add_pair(row + 8 * ni, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
     }
   // END SOLUTION
 }
