@@ -1,5 +1,7 @@
-"""Task 4+: the Hopper FlashAttention kernel (task4/flash_attention_hopper.cu), as an optional
-extension `custom_flash_attention_hopper` built for sm_90a only.
+"""Task 4+: the Hopper FlashAttention kernel (task4/flash_attention_hopper.cuh; its host entry
+task4/flash_attention_hopper.cu, its instantiations flash_attention_hopper_fp16.cu and _bf16.cu,
+compiled in parallel), as an optional extension `custom_flash_attention_hopper` built for sm_90a
+only.
 
     available()                                   True only on a compute capability 9.0 GPU
     supports(q, k, v, causal, out=None, ...)      whether the kernel takes these inputs
@@ -45,7 +47,10 @@ from common.build import BuildError, call_extension, compile_main
 from task4.manifest import HOPPER_VERSIONS, hopper_takes_head_dim
 
 NAME = "custom_flash_attention_hopper"
-SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu"]
+# The host entry (SOURCES[1], which holds the dispatch the release stubs: is_written), then the
+# instantiations, one file per element type so that ninja compiles them side by side.
+SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu",
+           "task4/flash_attention_hopper_fp16.cu", "task4/flash_attention_hopper_bf16.cu"]
 ARCH = "9.0a"  # torch turns "9.0a" into -gencode=arch=compute_90a,code=sm_90a
 VERSIONS = HOPPER_VERSIONS
 takes_head_dim = hopper_takes_head_dim  # (version, head_dim) -> bool: v6 is head_dim 64 only
@@ -154,7 +159,7 @@ def routing() -> dict:
 
 
 # Head dims that run on another's instantiation read its rows of the table: 96 is the 128 kernel
-# with zero-filled columns (task4/flash_attention_hopper.cu), so its rungs rank as at 128.
+# with zero-filled columns (task4/flash_attention_hopper.cuh), so its rungs rank as at 128.
 ROUTING_HEAD_DIM = {96: 128}
 
 

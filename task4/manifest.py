@@ -192,7 +192,7 @@ BACKWARD_HALF_SECTION = Section(
 # --- the Hopper kernel's ladder (task4/hopper_ladder.py) --------------------------------------
 
 HOPPER_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # task4/hopper.py's VERSIONS
-# The head dims each version takes (task4/flash_attention_hopper.cu: 96 runs on the 128 tile, the
+# The head dims each version takes (task4/flash_attention_hopper.cuh: 96 runs on the 128 tile, the
 # TMA or v1's copies zero-filling columns 96..127; 256 has a 64-key tile of its own, built for v2
 # and v5 alone; v6's 160-register consumers hold 64 only). Other head dims run the mma.sync kernel.
 HOPPER_HEAD_DIMS = {1: (64, 96, 128), 2: (64, 96, 128, 256), 3: (64, 96, 128), 4: (64, 96, 128),

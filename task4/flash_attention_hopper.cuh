@@ -1,0 +1,1891 @@
+// Task 4+ (beyond the course): FlashAttention forward for Hopper (sm_90a), fp16 and bf16: the kernel.
+//
+// Files. This header is the kernel and its lesson, top to bottom: the ladder's explanation
+// below, the tile configuration, the device code of every version, and at the end which
+// instantiation runs a call (dispatch_version, dispatch_general). flash_attention_hopper.cu is
+// the host entry: what the kernel takes, the tensor maps, the launch, and
+// flash_attention_hopper (validation, then the dispatch). flash_attention_hopper_fp16.cu and
+// flash_attention_hopper_bf16.cu compile the instantiations, one file per element type, so that
+// the build compiles them in parallel; this header includes no torch header, which keeps them
+// light.
+//
+// The idea. The mma.sync kernel (flash_attention_mma.cu) is FlashAttention-2 on the tensor-core
+// instruction every GPU since Ampere has: one warp, a 16x8x16 product, operands that every
+// lane first loads into its registers with ldmatrix. On an H100 that path tops out near half
+// of what the chip can do, because Hopper added three things the old instruction cannot use:
+//
+//   wgmma.mma_async   a *warpgroup* (4 consecutive warps, 128 threads) multiplies a 64 x N x 16
+//                     tile in one instruction, reading A and B straight from shared memory
+//                     through 64-bit "matrix descriptors" (no ldmatrix, no register copies),
+//                     asynchronously: the warps issue it and wait later (commit/wait groups);
+//   TMA               the Tensor Memory Accelerator copies a whole 2D..5D box of a tensor
+//                     global -> shared with one instruction from one thread, swizzling it on
+//                     the way and zero-filling what lies outside the tensor, and reports the
+//                     bytes it delivered to an mbarrier (a shared-memory barrier object with
+//                     a transaction count) that the consumers wait on;
+//   setmaxnreg        warpgroups of one CTA may hold different register budgets: a producer
+//                     that only issues TMA copies gives its registers to the consumers.
+//
+// Tile shapes and why.
+//   * 64 query rows per warpgroup: wgmma's M is always 64. A thread then holds the rows
+//     16w + g and 16w + g + 8 (w = warp in the warpgroup, g = lane / 4) of every accumulator,
+//     the same per-warp layout as mma.sync's m16n8 tile, so the softmax code carries over.
+//   * 128 keys per tile (kBlockN): S = Q K^T is one m64n128 accumulator (64 fp32 registers per
+//     thread) and the softmax's fixed cost per tile (max, shuffles, rescaling O) is spread
+//     over 128 keys; O is m64n{64|128}: 32 or 64 registers. With P (32 registers) this fits
+//     a consumer's 240 registers with room to spare at head_dim 128.
+//   * Head_dim 256 (Gemma) has 64 keys per tile. A 128-key K or V tile is 64 KB there: two
+//     stages of K and V (256 KB) beside a 128-row Q tile (64 KB) exceed an SM's 227 KB. With
+//     64 keys the two stages take 128 KB and the CTA 192 KB. S = Q K^T is then m64n64 (32
+//     registers, 16 k16 steps over D) and O += P V m64n256 (4 k16 steps): O's 128 registers, S's
+//     32 and P's 16 fit a consumer's 240 without spilling (ptxas). FlashAttention-3 takes 80
+//     keys at 256 (hopper/tile_size.h; 224 KB with two stages), which fills shared memory and
+//     needs an n80 wgmma and a summary of other than 128-key blocks; 64 keys keep the wgmma
+//     shapes and the summary we have. v7 (O's own 64 KB buffer) does not fit beside them, and
+//     v1's copy rounds need 8 rows per round; so 256 is built for v2 and v5 only.
+//   * Head_dim 96 (Phi-3) runs on the 128 instantiation: its tensor maps describe the tensor's
+//     real 96 columns while the boxes stay 64 columns wide, so the TMA writes zeros into
+//     columns 96..127 of Q, K and V (v1's copies do the same). S = Q K^T is exact, O's columns
+//     96..127 are P times zeros, and write_output stores only p.head_dim columns. The price:
+//     the tensor cores compute 128 columns for 96 (4/3 of the products); FlashAttention-3
+//     builds a kernel of its own for 96 (192 x 144 tiles), which would cost compile time.
+//   * Shared memory in 128-byte swizzled rows: a [rows][D] tile is stored as D/64 "column
+//     blocks" of [rows][64] 16-bit elements (128 bytes per row); inside each 1024-byte group of
+//     8 rows the 16-byte chunk c of row r sits at chunk c ^ (r % 8). That is the layout both
+//     the TMA (CU_TENSOR_MAP_SWIZZLE_128B) writes and wgmma (descriptor layout type 1) reads,
+//     and it is free of bank conflicts. Tiles start on 1024-byte boundaries.
+//
+// The ladder (template parameter kVersion, host argument `version`; each stays runnable so a
+// reader can time the steps with `python -m task4.hopper_ladder`; measured: Results.md, "The
+// Hopper kernel", and task4/NOTES.md):
+//   v1  wgmma from shared memory. One CTA = one warpgroup = 64 query rows. Q, K, V reach
+//       shared memory by cp.async (every thread copies 16-byte pieces into the swizzled
+//       layout) with FlashAttention-2's overlap: V[j] loads while S = Q K[j]^T runs, K[j-1]
+//       while the softmax and P V[j] run. S = Q K^T: wgmma, both operands from shared memory.
+//       Online softmax on the fp32 accumulators in registers. P, rounded to 16 bits in
+//       registers, is the register A operand of O += P V (V from shared memory through a
+//       "transposed", MN-major descriptor: V is [keys][D] with D contiguous).
+//   v2  TMA + mbarrier. One thread issues the copies; the K and V tiles go through a 2-stage
+//       ring of buffers, each with a "full" mbarrier that counts the bytes that landed. The
+//       loads run ahead of the math by a whole tile and cost the computing threads nothing.
+//       Still one warpgroup per CTA, which must also hand each buffer back (a CTA barrier).
+//   v3  warp specialization: one producer warpgroup (setmaxnreg.dec to 24 registers) whose
+//       one thread only issues TMA, and two consumer warpgroups (setmaxnreg.inc to 240) that
+//       each own 64 query rows (128 per CTA) and share the K/V stages. A consumer hands a
+//       stage back through an "empty" mbarrier; nobody waits on a CTA-wide barrier.
+//   v4  intra-warpgroup overlap (consume_overlapped): a consumer issues S[j] = Q K[j]^T and
+//       O += P[j-1] V[j-1] back to back, waits only for S[j], and runs the softmax of tile j
+//       while the tensor cores still compute P V; P[j-1]'s fragments and S[j] are live at once.
+//   v5  v4 + ping-pong: the two consumers take turns issuing their wgmma (two named barriers),
+//       so one's softmax runs while the other's products hold the tensor cores
+//       (FlashAttention-3's two steps beyond v3). flash_attention runs v5 at head_dim 128.
+//   v6  v5 with three consumers of 160 registers (192 query rows per CTA), head_dim 64 only.
+//       At 64 a tile's softmax costs what it does at 128 but its products half, so
+//       instruction issue bounds the kernel; v3-v5's one CTA of 384 threads per SM (the 24/240
+//       register split takes the register file) computes with 8 warps, v2's three
+//       one-warpgroup CTAs with 12, and v2 was the fastest rung there (ncu figures in
+//       task4/NOTES.md). v6 computes with 12 warps and keeps the turns and the overlap;
+//       flash_attention runs it at 64 without a mask (with the causal mask v2 measured faster).
+//   v7  v5 persistent (FlashAttention-3's tile scheduler): one CTA per SM, resident for good,
+//       takes work tiles (query tile, head) one after another: the first its own, then the
+//       next untaken one (an atomic counter, so short causal tiles balance). The producer
+//       loads the next tile's Q once both consumers' last S = Q K^T is in (a Q-empty
+//       mbarrier) and its K/V as stages free up, during this tile's last P V and epilogue;
+//       O is staged in a buffer of its own. A CTA of v1-v6 spends its start and its end with
+//       the tensor cores idle, which at S 1024 (8 key tiles) is a large part of its life.
+//       Dense attention only (a variant runs as v5). Which rung flash_attention runs per
+//       dtype, head_dim, mask and length is measured (task4/hopper_routing.json).
+//
+// What this kernel takes (hopper_supports; everything else runs on the mma.sync kernel):
+// fp16/bf16, head_dim 64, 96 (on the 128 tile), 128 or 256 (versions 2 and 5), causal
+// (bottom-right aligned when Sq != Sk) or not, GQA/MQA, any strides with a contiguous last
+// dimension that the TMA accepts (16-byte multiples). The mask semantics are
+// attention_mask.cuh's KeyMask, the predicate the other kernels use: KeyMask<false> (sequence
+// end and causal diagonal) for dense attention, and, instantiated with Tile::kGeneral for
+// versions 2 and 5, sliding windows and key lengths (varlen and left padding) as one interval
+// of visible keys per row, the softcap on every tile's scores and the sinks in the epilogue,
+// and on v5 bool and additive mask tensors (broadcastable to [B, H_q, S_q, S_k], read where
+// they are) through a per-tile summary that a small kernel computes first (TileKind, per
+// 128-key block: empty tiles are never loaded, tiles wholly visible with no bias skip the mask
+// tensor, the others apply it element by element). Key tiles no row of a CTA sees are never
+// loaded (a window or a block-sparse mask costs its visible tiles) and tiles every row sees
+// whole skip the mask. A stride (a per-key predicate) stays on the mma.sync kernel. A row with
+// no visible key outputs zeros.
+//
+// Sources for the hardware facts (read, not copied; cited where used):
+//   [desc]  CUTLASS include/cute/arch/mma_sm90_desc.hpp: GmmaDescriptor bit fields.
+//   [canon] CUTLASS include/cute/atom/mma_traits_sm90_gmma.hpp: make_gmma_desc's canonical
+//           K-major / MN-major layouts (which stride is LBO, which SBO), and CLayout_64xN /
+//           ALayout_64x16 (the accumulator and register-A fragment layouts).
+//   [gmma]  CUTLASS include/cute/arch/mma_sm90_gmma.hpp: wgmma asm operand order
+//           (d, a, b, scale-d predicate, imm-scale-a, imm-scale-b, [imm-tnsp-a,] imm-tnsp-b).
+//   [tma]   CUTLASS include/cute/arch/copy_sm90_tma.hpp (SM90_TMA_LOAD_4D) and
+//           copy_sm90_desc.hpp (mbarrier init / expect_tx / try_wait.parity); cuda.h's
+//           documentation of cuTensorMapEncodeTiled (box and stride rules).
+//   [ptx]   PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply" and "mbarrier".
+
+
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder comes from the runtime)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+
+#include "attention_mask.cuh"
+#include "flash_attention_mma.cuh"  // mma_attn::Params, ElementOps::pack, exp2_approx, cp.async
+
+// wgmma and setmaxnreg exist only on sm_90a ("arch-specific" features). A plain sm_90 pass
+// (CI's compile check) compiles the kernels' bodies away; the host refuses to launch them
+// on anything but compute capability 9.0, and a build for sm_90a is what runs there.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define HOPPER_ATTN_SM90A 1
+#else
+#define HOPPER_ATTN_SM90A 0
+#endif
+
+namespace hopper_attn {
+
+// The mma.sync kernel's parameters, plus the per-tile summary of a mask tensor.
+//
+// A mask tensor (bool, or additive float; broadcastable to [B, H_q, S_q, S_k]) is summarised
+// before the attention kernel runs, by tile_summary_kernel below: one byte per (mask batch,
+// mask head, query tile of the CTA's kBlockM rows, key block of kSummaryKeys = 128 keys):
+//   kTileEmpty    no element of the block keeps its key: the tile is never loaded nor computed;
+//   kTileVisible  every element keeps its key with no bias: no per-element work for the mask
+//                 tensor (the interval of windows, causal, key lengths may still need its two
+//                 comparisons per key, CtaWork::needs_mask);
+//   kTilePartial  anything else (some elements dropped, or a finite nonzero bias, or NaN): the
+//                 mask tensor is applied element by element on that tile.
+// Query rows >= S_q and keys >= S_k are left out of a block's summary (the interval masks them).
+// The producer and the consumers walk the same list of key tiles: the interval's tiles, highest
+// first, less the empty ones (visited_tile).
+enum TileKind : int { kTileEmpty = 0, kTileVisible = 1, kTilePartial = 2 };
+// Keys per block of the summary: the 128-key tile of head_dims 64 and 128. The 64-key tiles of
+// head_dim 256 read the byte of the block they lie in, which is exact for an empty or visible
+// block and conservative (the per-element path) for a partial one.
+constexpr int kSummaryKeys = 128;
+
+struct Params : mma_attn::Params {
+  // [mask batches][mask heads][query tiles][key tiles] bytes (TileKind), or nullptr: no mask
+  // tensor (the general v5, Tile::kMaskTensor, gets one whenever p.mask.mask is set; the host
+  // sends a mask tensor to no other instantiation).
+  const uint8_t* tile_summary = nullptr;
+  int64_t summary_batch_stride = 0;  // bytes between batches' summaries; 0: broadcast mask
+  int64_t summary_head_stride = 0;   // bytes between heads' summaries; 0: broadcast mask
+  int summary_key_tiles = 0;         // key blocks per query tile (ceil(S_k / kSummaryKeys))
+  // v7: the work tiles handed out so far beyond the first gridDim.x (zeroed before the launch).
+  int* tile_counter = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------
+// Tile configuration
+// ---------------------------------------------------------------------------------------
+
+template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false>
+struct Tile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kVersion = kVersion_;
+  // The variant predicate: false = attention_mask.cuh's KeyMask<false> (sequence end, causal
+  // diagonal: the dense kernels), true = KeyMask<true> (windows, key lengths, masks, strides)
+  // plus the softcap and the sinks.
+  static constexpr bool kGeneral = kGeneral_;
+  // The softcap (Gemma-2) is its own instantiation of the general v5: its 64 tanh per thread
+  // and tile, inlined in the key loop of every general kernel, cost the kernels that never
+  // use it 5-7% (Results.md, "The Hopper kernel on the variants").
+  static constexpr bool kSoftcap = kSoftcap_;
+  // A mask tensor (through its per-tile summary) runs on the general v5 alone: v2's one
+  // warpgroup has no registers to spare for the mask's loads (at head_dim 64 three v2 CTAs
+  // share an SM at <= 168 registers a thread; with the loads ptxas spilled there).
+  static constexpr bool kMaskTensor = kGeneral && kVersion == 5;
+  static constexpr bool kTma = kVersion >= 2;
+  static constexpr bool kWarpSpecialized = kVersion >= 3;
+  static constexpr bool kIntraOverlap = kVersion >= 4;  // softmax[j] overlaps P[j-1] V[j-1]
+  static constexpr bool kPingPong = kVersion >= 5;      // the consumers take turns at wgmma
+  // v7: v5's CTA resident for good, walking work tiles (query tile, head) in turn, with O
+  // staged in its own buffer so the next tile's Q and K/V load during this one's epilogue.
+  static constexpr bool kPersistent = kVersion == 7;
+  // Warpgroups that compute: 1, then 2; v6 (head_dim 64 only) 3, each at 160 registers.
+  static constexpr int kConsumers = kVersion == 6 ? 3 : kWarpSpecialized ? 2 : 1;
+  static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
+
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
+  // Keys per tile: 128, but 64 at head_dim 256, where a 128-key K or V tile is 64 KB and two
+  // stages of both beside a 128-row Q tile (64 KB) would not fit shared memory (see the header).
+  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  static constexpr int kStages = kTma ? 2 : 1;     // K/V buffers in the ring
+  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a row
+  // The mask tensor's summary is kept per 128-key block whatever the tile (kSummaryKeys): a
+  // key tile reads the byte of the block it lies in (visited_tile).
+  static constexpr int kTilesPerSummaryBlock = kSummaryKeys / kBlockN;
+  static_assert(kSummaryKeys % kBlockN == 0, "a key tile lies inside one summary block");
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) tile
+  // Shared memory: Q | K stages | V stages | mbarriers. Every tile offset is a multiple of
+  // 1024 bytes (the 128-byte swizzle repeats every 8 rows = 1024 bytes and is computed by the
+  // hardware from the address bits, so a tile must start on such a boundary).
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffK = kOffQ + kQBytes;
+  static constexpr int kOffV = kOffK + kStages * kKVBytes;
+  static constexpr int kOffO = kOffV + kStages * kKVBytes;  // v7: O's staging (else in Q's)
+  static constexpr int kOffBarriers = kOffO + (kPersistent ? kQBytes : 0);
+  // Q full, K/V full, K/V empty; v7 also Q empty and (8 bytes) the next work tile's index.
+  static constexpr int kNumBarriers = 1 + 4 * kStages + (kPersistent ? 2 : 0);
+  static constexpr int kSmemBytes = kOffBarriers + 8 * kNumBarriers + 1024;  // + alignment slack
+  // Registers a warpgroup keeps after setmaxnreg (v3-v6): 128 * (24 + 2 * 240) <= 65536 with
+  // two consumers, 128 * (24 + 3 * 160) <= 65536 with three.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
+  static_assert(128 * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536 || !kWarpSpecialized,
+                "the warpgroups' registers fit the register file");
+  // (head_dim 96 runs on the 128 instantiation: the TMA zero-fills columns 96..127.)
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
+  static_assert(kHeadDim != 256 || kVersion == 2 || kVersion == 5,
+                "head_dim 256 is instantiated for versions 2 and 5 (v1's copy rounds and v7's O "
+                "buffer do not fit it)");
+  static_assert(kVersion != 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
+  static_assert(!kPersistent || !kGeneral, "v7 runs dense attention");
+  static_assert(!kSoftcap || (kGeneral && kVersion == 5), "the softcap runs on the general v5");
+  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles stay 1024-byte aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "fits an H100 CTA's shared memory");
+};
+
+// ---------------------------------------------------------------------------------------
+// The shared-memory layout (the one place the swizzle is written)
+// ---------------------------------------------------------------------------------------
+
+// Byte offset of 16-byte chunk `chunk` (elements 8*chunk .. 8*chunk+7) of row `row` of a
+// [kRows][D] tile stored as column blocks of [kRows][64] with the 128-byte swizzle:
+// Swizzle<3,4,3> on the byte address, i.e. address bits [4,7) ^= bits [7,10) [canon:
+// Layout_K_SW128_Atom_Bits / Layout_MN_SW128_Atom_Bits]; with 128-byte rows and a
+// 1024-aligned tile, bits [7,10) are row % 8 and bits [4,7) the chunk within the row.
+template <int kRows>
+__host__ __device__ constexpr uint32_t swizzled_offset(int row, int chunk) {
+  return static_cast<uint32_t>((chunk >> 3) * (kRows * 128) + row * 128 +
+                               (((chunk & 7) ^ (row & 7)) << 4));
+}
+
+// Where the k16 step `kk` of a wgmma operand starts, in bytes from its tile.
+//   K-major [kRows][D] tile (Q, K): 16 elements = 32 bytes along the 128-byte row; every 4
+//   steps (64 elements) the next column block of kRows * 128 bytes.
+template <int kRows>
+__host__ __device__ constexpr uint32_t kmajor_step_offset(int kk) {
+  return static_cast<uint32_t>((kk >> 2) * kRows * 128 + (kk & 3) * 32);
+}
+//   MN-major [keys][D] tile (V): 16 key rows = 2048 bytes (two 1024-byte swizzle groups).
+__host__ __device__ constexpr uint32_t mnmajor_step_offset(int kk) {
+  return static_cast<uint32_t>(kk * 16 * 128);
+}
+
+// ---- a compile-time proof that the descriptors read the layout the loads write ----
+// The address wgmma reads for element (mn, k) (k < 16) of one k16 step, following [canon]'s
+// canonical 128B-swizzle layouts in bytes (T = 8 elements = 16 bytes):
+//   K-major:  ((8,m),(T,2)) : ((128 B, SBO), (2 B, 16 B))
+//   MN-major: ((T,8,n),(8,k)) : ((2 B, 16 B, LBO), (128 B, SBO))
+// and then Swizzle<3,4,3> on the address (bits [4,7) ^= bits [7,10)), the tile's base being
+// 1024-byte aligned. swizzled_offset must give the same byte for every element: if it does
+// not, the build fails here instead of the first GPU run computing garbage.
+constexpr uint32_t swizzle_128b(uint32_t addr) { return addr ^ (((addr >> 7) & 7u) << 4); }
+
+constexpr uint32_t kmajor_read(uint32_t start, uint32_t sbo, int mn, int k) {
+  return swizzle_128b(start + (mn % 8) * 128 + (mn / 8) * sbo + (k / 8) * 16 + (k % 8) * 2);
+}
+
+constexpr uint32_t mnmajor_read(uint32_t start, uint32_t lbo, uint32_t sbo, int mn, int k) {
+  return swizzle_128b(start + (mn % 8) * 2 + ((mn % 64) / 8) * 16 + (mn / 64) * lbo +
+                      (k % 8) * 128 + (k / 8) * sbo);
+}
+
+// Element (row, col) of a [kRows][D] tile, as the loads place it.
+template <int kRows>
+constexpr uint32_t stored_at(int row, int col) {
+  return swizzled_offset<kRows>(row, col / 8) + (col % 8) * 2;
+}
+
+// Q or K as a K-major operand: rows mn, columns (the reduction dim) 16 kk + k.
+template <int kRows, int kHeadDim>
+constexpr bool kmajor_descriptors_read_the_layout() {
+  for (int kk = 0; kk < kHeadDim / 16; ++kk)
+    for (int mn = 0; mn < kRows; ++mn)
+      for (int k = 0; k < 16; ++k)
+        if (kmajor_read(kmajor_step_offset<kRows>(kk), 1024, mn, k) != stored_at<kRows>(mn, 16 * kk + k))
+          return false;
+  return true;
+}
+
+// V as an MN-major operand: reduction rows (keys) 16 kk + k, columns mn < kHeadDim.
+template <int kKeys, int kHeadDim>
+constexpr bool mnmajor_descriptors_read_the_layout() {
+  for (int kk = 0; kk < kKeys / 16; ++kk)
+    for (int mn = 0; mn < kHeadDim; ++mn)
+      for (int k = 0; k < 16; ++k)
+        if (mnmajor_read(mnmajor_step_offset(kk), kKeys * 128, 1024, mn, k) != stored_at<kKeys>(16 * kk + k, mn))
+          return false;
+  return true;
+}
+
+// Checked for every tile configuration that is launched (see launch_hopper).
+template <typename Cfg>
+struct LayoutProofs {
+  static_assert(kmajor_descriptors_read_the_layout<Cfg::kBlockM, Cfg::kHeadDim>(),
+                "Q: the K-major descriptors must read what the loads wrote");
+  static_assert(kmajor_descriptors_read_the_layout<Cfg::kBlockN, Cfg::kHeadDim>(),
+                "K: the K-major descriptors must read what the loads wrote");
+  static_assert(mnmajor_descriptors_read_the_layout<Cfg::kBlockN, Cfg::kHeadDim>(),
+                "V: the MN-major descriptors must read what the loads wrote");
+  static constexpr bool kProved = true;
+};
+
+// ---------------------------------------------------------------------------------------
+// PTX wrappers: wgmma, descriptors, mbarriers, TMA
+// ---------------------------------------------------------------------------------------
+
+// The 64-bit shared-memory matrix descriptor of wgmma [desc]:
+//   bits  0-13  start address >> 4
+//   bits 16-29  leading dimension byte offset (LBO) >> 4
+//   bits 32-45  stride dimension byte offset (SBO) >> 4
+//   bits 49-51  base offset (0: our tiles are 1024-byte aligned)
+//   bits 62-63  layout type: 1 = SWIZZLE_128B (2 = 64B, 3 = 32B, 0 = none)
+// What LBO and SBO mean depends on the operand's major-ness [canon, make_gmma_desc]:
+//   K-major (Q as A, K as B of S = Q K^T: the reduction dim D is contiguous),
+//     128B swizzle: ((8,m),(T,2)):((8T,SBO),(1,T)) -> SBO = bytes between groups of 8 rows
+//     (1024 for our dense tiles); LBO is unused ("assumed 1").
+//   MN-major (V as B of O = P V: N = D is contiguous, the reduction dim is the key row),
+//     128B swizzle: ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) -> LBO = bytes between 64-element
+//     column blocks along N (kBlockN * 128 for our V tiles), SBO = bytes between groups of
+//     8 key rows (1024).
+__device__ __forceinline__ uint64_t make_smem_descriptor(uint32_t smem_addr,
+                                                         uint32_t leading_byte_offset,
+                                                         uint32_t stride_byte_offset) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_addr >> 4) & 0x3FFFu);
+  desc |= static_cast<uint64_t>((leading_byte_offset >> 4) & 0x3FFFu) << 16;
+  desc |= static_cast<uint64_t>((stride_byte_offset >> 4) & 0x3FFFu) << 32;
+  desc |= static_cast<uint64_t>(1) << 62;  // SWIZZLE_128B
+  return desc;
+}
+
+// K-major operand tile (Q or K): rows of 128 bytes, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t kmajor_descriptor(uint32_t smem_addr) {
+  return make_smem_descriptor(smem_addr, 16, 1024);
+}
+
+// MN-major operand tile (V): `column_block_bytes` between the 64-wide column blocks.
+__device__ __forceinline__ uint64_t mnmajor_descriptor(uint32_t smem_addr,
+                                                       uint32_t column_block_bytes) {
+  return make_smem_descriptor(smem_addr, column_block_bytes, 1024);
+}
+
+// wgmma.fence: orders this thread's earlier register writes (the accumulators, P) before the
+// next wgmma reads them [ptx]. commit closes a group of issued wgmma; wait<N> blocks until at
+// most N groups are still running.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// The asm statement of a wgmma "writes" its accumulators when it is issued, but the tensor
+// cores write them until the wait. This empty asm (CUTLASS's warpgroup_fence_operand) keeps
+// the compiler from moving reads or writes of `r` across the points where it is placed.
+template <int kN>
+__device__ __forceinline__ void fence_registers(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int kRows, int kCols>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[kRows][kCols]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// wgmma m64nNk16 with fp32 accumulators, for N in {64, 128} (and 256, rs only: O at head_dim
+// 256): ss takes A and B from shared memory (descriptors), rs takes A from registers.
+// `accumulate` = 0 overwrites D.
+// kTransposeB = 0: B is K-major; 1: B is MN-major [gmma: imm-tnsp-b].
+template <typename Element, int kN>
+struct Wgmma;
+
+template <>
+struct Wgmma<__half, 64> {
+  static constexpr int kRegs = 32;
+  // D[64 x 64] (+)= A[64 x 16] (shared, descriptor) * B[16 x 64] (shared, descriptor).
+  template <int kTransposeB>
+  static __device__ __forceinline__ void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+  // D[64 x 64] += A[64 x 16] (registers, 4 x f16x2 per thread) * B[16 x 64] (shared).
+  template <int kTransposeB>
+  static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+};
+
+template <>
+struct Wgmma<__half, 128> {
+  static constexpr int kRegs = 64;
+  // D[64 x 128] (+)= A[64 x 16] (shared, descriptor) * B[16 x 128] (shared, descriptor).
+  template <int kTransposeB>
+  static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+  // D[64 x 128] += A[64 x 16] (registers, 4 x f16x2 per thread) * B[16 x 128] (shared).
+  template <int kTransposeB>
+  static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+};
+
+template <>
+struct Wgmma<__nv_bfloat16, 64> {
+  static constexpr int kRegs = 32;
+  // D[64 x 64] (+)= A[64 x 16] (shared, descriptor) * B[16 x 64] (shared, descriptor).
+  template <int kTransposeB>
+  static __device__ __forceinline__ void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+  // D[64 x 64] += A[64 x 16] (registers, 4 x bf16x2 per thread) * B[16 x 64] (shared).
+  template <int kTransposeB>
+  static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+};
+
+template <>
+struct Wgmma<__nv_bfloat16, 128> {
+  static constexpr int kRegs = 64;
+  // D[64 x 128] (+)= A[64 x 16] (shared, descriptor) * B[16 x 128] (shared, descriptor).
+  template <int kTransposeB>
+  static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+  // D[64 x 128] += A[64 x 16] (registers, 4 x bf16x2 per thread) * B[16 x 128] (shared).
+  template <int kTransposeB>
+  static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+};
+
+template <>
+struct Wgmma<__half, 256> {
+  static constexpr int kRegs = 128;
+  // D[64 x 256] += A[64 x 16] (registers, 4 x f16x2 per thread) * B[16 x 256] (shared).
+  // Only O += P V at head_dim 256 uses N = 256 (S = Q K^T is m64n64 there), so only rs.
+  template <int kTransposeB>
+  static __device__ __forceinline__ void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+};
+
+template <>
+struct Wgmma<__nv_bfloat16, 256> {
+  static constexpr int kRegs = 128;
+  // D[64 x 256] += A[64 x 16] (registers, 4 x bf16x2 per thread) * B[16 x 256] (shared).
+  // Only O += P V at head_dim 256 uses N = 256 (S = Q K^T is m64n64 there), so only rs.
+  template <int kTransposeB>
+  static __device__ __forceinline__ void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+};
+
+// mbarrier: a 64-bit shared-memory object with an arrival count and a transaction (byte)
+// count; a phase completes when both reach zero, and its parity bit flips [ptx, tma].
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes the initialised barriers visible to the other threads and to the async proxy (TMA).
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` more bytes the TMA will deliver in this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase with parity `parity` has completed (try_wait suspends the thread for a
+// hardware-chosen time before returning false, so this loop does not spin hot).
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// TMA: copy the box at coordinates (col, row, head, batch) of the 4D tensor `map` describes
+// (dims D, S, H, B) into shared memory at `smem_dst`, completing `bytes` on mbarrier `bar`
+// [tma: SM90_TMA_LOAD_4D]. Out-of-bounds elements are written as zeros.
+__device__ __forceinline__ void tma_load_tile(uint32_t smem_dst, const CUtensorMap* map,
+                                              uint32_t bar, int col, int row, int head,
+                                              int batch) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(smem_dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(col), "r"(row), "r"(head), "r"(batch)
+      : "memory");
+}
+
+// Shared memory written by ordinary stores (cp.async included) that wgmma (the async proxy)
+// reads next: each writing thread fences before the barrier that publishes the data.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// A barrier among the 128 threads of one consumer warpgroup: named barrier 1 + warpgroup (0 is
+// __syncthreads's). Immediate ids, so that ptxas sees which of the 16 barriers are used.
+__device__ __forceinline__ void warpgroup_barrier_sync(int warpgroup) {
+  if (warpgroup == 0) asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  else if (warpgroup == 1) asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  else asm volatile("bar.sync 3, 128;\n" ::: "memory");
+}
+
+// v5/v6's turns: the consumer warpgroups take turns issuing their wgmma, in a cycle. Named
+// barrier 4 + c is consumer c's turn: c waits on it (bar.sync, 256 = its 128 threads + 128
+// arrivals), and the consumer before it in the cycle arrives on it (bar.arrive, no wait) once
+// it has issued.
+__device__ __forceinline__ void wait_for_turn(int consumer) {
+  if (consumer == 0) asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  else if (consumer == 1) asm volatile("bar.sync 5, 256;\n" ::: "memory");
+  else asm volatile("bar.sync 6, 256;\n" ::: "memory");
+}
+template <int kConsumers>
+__device__ __forceinline__ void pass_turn(int consumer) {  // to the next consumer in the cycle
+  const int next = consumer + 1 == kConsumers ? 0 : consumer + 1;
+  if (next == 0) asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  else if (next == 1) asm volatile("bar.arrive 5, 256;\n" ::: "memory");
+  else asm volatile("bar.arrive 6, 256;\n" ::: "memory");
+}
+
+// setmaxnreg: the executing warpgroup's register budget shrinks / grows to kRegs [ptx].
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if HOPPER_ATTN_SM90A
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if HOPPER_ATTN_SM90A
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+// ---------------------------------------------------------------------------------------
+// Loads
+// ---------------------------------------------------------------------------------------
+
+// v1: rows [row0, row0 + kRows) of one head into a swizzled [kRows][D] tile, 16 bytes per
+// cp.async, by `kCopyThreads` threads. Rows >= seq are zero-filled (src-size 0): zero keys
+// give finite scores (masked afterwards) and zero values add nothing, whereas stale shared
+// memory could hold NaN. So are columns >= cols (the tensor's head_dim, 96 on the 128 tile),
+// as the TMA does: zero columns of Q and K add nothing to S, of V give O zero columns.
+template <int kHeadDim, int kRows, int kCopyThreads, typename Element>
+__device__ __forceinline__ void load_tile_cp_async(uint32_t smem_tile, const Element* head_base,
+                                                   const void* any_valid, int64_t row_stride,
+                                                   int row0, int seq, int cols, int tid) {
+  constexpr int kChunks = kHeadDim / 8;                 // 16-byte chunks per row
+  constexpr int kRowsPerRound = kCopyThreads / kChunks;  // rows one round of copies covers
+  static_assert(kRows % kRowsPerRound == 0 && kRowsPerRound % 8 == 0,
+                "whole rounds, each a whole number of 8-row swizzle groups");
+  // A thread always copies the same chunk of rows r, r + kRowsPerRound, ...: since
+  // kRowsPerRound is a multiple of 8, row % 8 and so the swizzled chunk never change, and each
+  // round is one pointer step in global memory and 128 * kRowsPerRound bytes in shared memory.
+  const int row = tid / kChunks;
+  const int chunk = tid % kChunks;
+  const Element* src = head_base + (row0 + row) * row_stride + chunk * 8;
+  const uint32_t dst = smem_tile + swizzled_offset<kRows>(row, chunk);
+  const bool in_columns = chunk * 8 < cols;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowsPerRound; ++i) {
+    const bool in_bounds = in_columns && row0 + row + i * kRowsPerRound < seq;
+    mma_attn::cp_async_16(dst + i * kRowsPerRound * 128,
+                          in_bounds ? static_cast<const void*>(src + i * kRowsPerRound * row_stride) : any_valid,
+                          in_bounds);
+  }
+}
+
+// v2, v3: one TMA box per 64-column block (the 128-byte swizzle takes boxes at most 128 bytes
+// wide [tma, cuda.h: "bounding box inner dimension <= 128"]), all completing on `bar`.
+template <int kHeadDim, int kRows>
+__device__ __forceinline__ void load_tile_tma(uint32_t smem_tile, const CUtensorMap* map,
+                                              uint32_t bar, int row0, int head, int batch) {
+#pragma unroll
+  for (int block = 0; block < kHeadDim / 64; ++block)
+    tma_load_tile(smem_tile + block * kRows * 128, map, bar, block * 64, row0, head, batch);
+}
+
+// ---------------------------------------------------------------------------------------
+// The math of one warpgroup (64 query rows)
+// ---------------------------------------------------------------------------------------
+//
+// Accumulator layout of wgmma m64nN (fp32) [canon: CLayout_64xN = ((4,8,4),(2,2,N/8)) :
+// ((128,1,16),(64,8,512)) over the column-major (m, n) index m + 64 n]: thread t of the
+// warpgroup (warp w = t / 32, lane l, g = l / 4, q = l % 4) holds N/2 registers; register
+// i = 4c + 2h + e holds row 16w + g + 8h, column 8c + 2q + e. So for each 8-column chunk c a
+// thread has two adjacent columns of rows g and g + 8, exactly mma.sync's m16n8 layout.
+//
+// Register-A layout of wgmma m64nNk16 for 16-bit types [canon: ALayout_64x16 = ((4,8,4),
+// (2,2,2)) : ((128,1,16),(64,8,512))]: 4 registers of two elements; a0 = (row g, k 2q..2q+1),
+// a1 = (row g + 8, k 2q..), a2 = (row g, k 2q+8..), a3 = (row g + 8, k 2q+8..), rows offset
+// by 16w. So for the k16 step kk of O += P V, S's registers 8kk .. 8kk+7 (chunks 2kk and
+// 2kk+1) packed pairwise are exactly a0..a3: P never leaves the registers and needs no shuffle.
+
+template <typename Cfg>
+struct RowState {
+  float o[Cfg::kHeadDim / 2];  // O accumulator, m64 x kHeadDim
+  float row_max[2];            // running max of rows g and g + 8 (raw score units)
+  float row_sum[2];            // this thread's share of their running sums
+};
+
+template <typename Cfg>
+__device__ __forceinline__ void init_row_state(RowState<Cfg>& st) {
+#pragma unroll
+  for (int i = 0; i < Cfg::kHeadDim / 2; ++i) st.o[i] = 0.f;
+  st.row_max[0] = st.row_max[1] = -INFINITY;
+  st.row_sum[0] = st.row_sum[1] = 0.f;
+}
+
+// S = Q K^T for this warpgroup's 64 rows: D/16 wgmma steps of k16. Q and K are K-major;
+// stepping k16 inside a 128-byte row is +32 bytes on the start address (the hardware applies
+// the swizzle to the final address, which is why tiles are 1024-aligned), and every 64
+// elements the next column block starts. issue_scores only issues (one commit group); the
+// scores are there after a wgmma_wait that covers the group (compute_scores waits at once).
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void issue_scores(float (&s)[Cfg::kBlockN / 2], uint32_t q_rows,
+                                             uint32_t k_tile) {
+  // BEGIN SOLUTION kernel
+  // HINT: S = Q K^T: Cfg::kHeadDim / 16 wgmma_ss steps (K-major descriptors of Q and K, +32 bytes
+  // HINT: per k16 inside a 128-byte row, next column block every 64 elements), then commit.
+  fence_registers(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+    const uint64_t desc_q = kmajor_descriptor(q_rows + kmajor_step_offset<Cfg::kBlockM>(kk));
+    const uint64_t desc_k = kmajor_descriptor(k_tile + kmajor_step_offset<Cfg::kBlockN>(kk));
+    Wgmma<Element, Cfg::kBlockN>::template ss<0>(s, desc_q, desc_k, kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+  fence_registers(s);
+  // END SOLUTION
+}
+
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void compute_scores(float (&s)[Cfg::kBlockN / 2], uint32_t q_rows,
+                                               uint32_t k_tile) {
+  issue_scores<Element, Cfg>(s, q_rows, k_tile);
+  wgmma_wait<0>();
+  fence_registers(s);
+}
+
+// The mask (sequence end, causal diagonal) on a tile that needs it: keys a row may not see
+// get -inf. `row0` is the query index of this thread's row g, `col0` the key index of its
+// column 2q of chunk 0. The general predicate: each row's visible keys are one interval
+// (windows, key lengths, causal: two comparisons per key), and with kMaskKind (a tile the
+// summary calls partial) the mask tensor's element of each key inside it: -inf drops the key,
+// an additive value is added in the kernel's score units (mask_scale), as KeyMask::apply.
+template <typename Cfg, int kMaskKind = attn::kNoMask>
+__device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
+                                           const attn::KeyMask<Cfg::kGeneral>& mask, int row0, int col0) {
+  // BEGIN SOLUTION kernel
+  // HINT: s[4c + 2h + e] is row row0 + 8h, key col0 + 8c + e: mask.apply each.
+  if constexpr (Cfg::kGeneral) {
+    // (A stride, the one per-key predicate left, is refused by the host: it runs on the
+    // mma.sync kernel.)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      const int2 keys = mask.visible_keys(row);
+      // Rows >= S_q (the padding of the last query tile, never stored) read no mask element.
+      const bool read_tensor = kMaskKind != attn::kNoMask && row < mask.seq_q;
+      const int64_t row_offset = static_cast<int64_t>(row) * mask.mask_stride_q;
+#pragma unroll
+      for (int c = 0; c < Cfg::kBlockN / 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = col0 + 8 * c + e;
+          float& score = s[4 * c + 2 * h + e];
+          if (key < keys.x || key >= keys.y) {
+            score = -INFINITY;
+          } else if (read_tensor) {  // key < S_k here: the element exists
+            const float bias = attn::mask_value(mask.mask_head, kMaskKind, row_offset + key * mask.mask_stride_k);
+            if (bias == -INFINITY) score = -INFINITY;
+            else if (kMaskKind != attn::kBoolMask) score = fmaf(bias, mask.mask_scale, score);
+          }
+        }
+    }
+    return;
+  }
+#pragma unroll
+  for (int c = 0; c < Cfg::kBlockN / 8; ++c)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        s[4 * c + 2 * h + e] = mask.apply(s[4 * c + 2 * h + e], row0 + 8 * h, col0 + 8 * c + e);
+  // END SOLUTION
+}
+
+// One step of the online softmax on S, in two parts so that v4 can run the first while the
+// tensor cores still write O:
+//   softmax_update: S becomes P = exp2(s*scale - m*scale) in place; new row max (over this
+//     thread's columns, then the 4 lanes of the quad that share the row), the running sum
+//     rescaled by exp2(m_old - m_new) plus this tile's sum; returns those two factors;
+//   rescale_o: O *= the factor of its row.
+// The 1/sqrt(D) scale and log2(e) are folded into one FFMA before the EX2, as in the mma.sync
+// kernel.
+template <typename Cfg>
+__device__ __forceinline__ void softmax_update(float (&s)[Cfg::kBlockN / 2], RowState<Cfg>& st,
+                                               float scale_log2, float (&correction)[2]) {
+  // BEGIN SOLUTION kernel
+  // HINT: Per row h: max over the thread's columns and the quad (2 shuffles), correction[h] =
+  // HINT: exp2((m_old - m_new) * scale), p = exp2(s * scale - m_new * scale), rescale row_sum.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m_new = st.row_max[h];
+#pragma unroll
+    for (int c = 0; c < Cfg::kBlockN / 8; ++c)
+      m_new = fmaxf(m_new, fmaxf(s[4 * c + 2 * h], s[4 * c + 2 * h + 1]));
+    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+    // A row with no visible key yet keeps m = -inf: subtract 0 instead so that
+    // exp2(-inf - (-inf)) = NaN never happens; its p and correction are then 0.
+    const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+    correction[h] = mma_attn::exp2_approx(fmaf(st.row_max[h], scale_log2, -m_scaled));
+    st.row_max[h] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int c = 0; c < Cfg::kBlockN / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = mma_attn::exp2_approx(fmaf(s[4 * c + 2 * h + e], scale_log2, -m_scaled));
+        s[4 * c + 2 * h + e] = p;
+        sum += p;
+      }
+    st.row_sum[h] = st.row_sum[h] * correction[h] + sum;
+  }
+  // END SOLUTION
+}
+
+template <typename Cfg>
+__device__ __forceinline__ void rescale_o(RowState<Cfg>& st, const float (&correction)[2]) {
+#pragma unroll
+  for (int c = 0; c < Cfg::kHeadDim / 8; ++c)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.o[4 * c + 2 * h] *= correction[h];
+      st.o[4 * c + 2 * h + 1] *= correction[h];
+    }
+}
+
+template <typename Cfg>
+__device__ __forceinline__ void online_softmax_step(float (&s)[Cfg::kBlockN / 2],
+                                                    RowState<Cfg>& st, float scale_log2) {
+  float correction[2];
+  softmax_update<Cfg>(s, st, scale_log2, correction);
+  rescale_o<Cfg>(st, correction);
+}
+
+// O += P V: kBlockN/16 wgmma steps of k16 with P from registers (see the layout note above)
+// and V through an MN-major descriptor: a k16 step is 16 key rows = 2048 bytes further.
+// pack_p rounds P to the element type as the register A fragments; issue_pv issues the steps
+// (one commit group). The tensor cores read the fragments and write O until a wgmma_wait
+// covers the group: until then neither may be touched (v4 fences both after its wait).
+template <typename Cfg>
+using PFragments = uint32_t[Cfg::kBlockN / 16][4];
+
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void pack_p(PFragments<Cfg>& a, const float (&p)[Cfg::kBlockN / 2]) {
+  // BEGIN SOLUTION kernel
+  // HINT: a[kk][r] = S's registers 8kk + 2r and 8kk + 2r + 1 packed into one 32-bit pair.
+  using Ops = mma_attn::ElementOps<Element>;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[kk][r] = Ops::pack(p[8 * kk + 2 * r], p[8 * kk + 2 * r + 1]);
+  // END SOLUTION
+}
+
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void issue_pv(RowState<Cfg>& st, const PFragments<Cfg>& a, uint32_t v_tile) {
+  // BEGIN SOLUTION kernel
+  // HINT: Cfg::kBlockN / 16 wgmma_rs steps (A = a[kk], B = an MN-major descriptor of V, 2048 bytes
+  // HINT: further per step), then commit.
+  fence_registers(st.o);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    const uint64_t desc_v = mnmajor_descriptor(v_tile + mnmajor_step_offset(kk), Cfg::kBlockN * 128);
+    Wgmma<Element, Cfg::kHeadDim>::template rs<1>(st.o, a[kk], desc_v, 1);
+  }
+  wgmma_commit();
+  fence_registers(st.o);
+  // END SOLUTION
+}
+
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void compute_pv(RowState<Cfg>& st, const float (&p)[Cfg::kBlockN / 2],
+                                           uint32_t v_tile) {
+  PFragments<Cfg> a;
+  pack_p<Element, Cfg>(a, p);
+  issue_pv<Element, Cfg>(st, a, v_tile);
+  wgmma_wait<0>();
+  fence_registers(st.o);
+}
+
+// The epilogue of one warpgroup: O / l rounded to the element type, staged through this
+// warpgroup's rows of the (no longer needed) Q tile in the same swizzled layout (the 4-byte
+// stores of a warp hit 8 rows in 8 different bank groups), then copied out with coalesced
+// 16-byte stores; rows >= seq_q are not written, nor columns >= p.head_dim (head_dim 96 on
+// the 128 tile: its columns 96..127 are P times V's zero-filled columns). Also the base-2 LSE
+// when asked for.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void write_output(const Params& p, const RowState<Cfg>& st,
+                                             unsigned char* smem_q_ptr, int warpgroup,
+                                             int m_start, int64_t bh, int64_t batch,
+                                             int64_t head, int thread_in_wg) {
+  // BEGIN SOLUTION kernel
+  // HINT: O / l (l summed over the quad) rounded to Element, staged in the Q tile's rows of this
+  // HINT: warpgroup, then 16-byte stores of the rows < seq_q; the LSE when p.lse is set.
+  using Ops = mma_attn::ElementOps<Element>;
+  const int warp = thread_in_wg >> 5;
+  const int lane = thread_in_wg & 31;
+  const int g = lane >> 2;
+  const int q = lane & 3;
+  const int wg_row0 = warpgroup * 64;  // this warpgroup's first row in the CTA tile
+  // Every warp of the warpgroup is done reading Q (its last wgmma has completed).
+  warpgroup_barrier_sync(warpgroup);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = st.row_sum[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    // l >= 1 for a row that saw a key (its maximum contributes exp2(0) = 1); 0 otherwise.
+    float inv_l = l > 0.f ? __fdividef(1.f, l) : 0.f;
+    float lse2 = l > 0.f ? fmaf(st.row_max[h], p.scale_log2, __log2f(l)) : -INFINITY;
+    if constexpr (Cfg::kGeneral) {
+      // An attention sink joins the max and the denominator once, here (attn::sink_term).
+      if (p.mask.sinks != nullptr) {
+        const auto sink = attn::sink_term(p.mask.sinks[head], st.row_max[h] * p.scale_log2);
+        const float total = fmaf(l, sink.keys, sink.sink);
+        inv_l = total > 0.f ? sink.keys / total : 0.f;
+        lse2 = total > 0.f ? sink.top + __log2f(total) : -INFINITY;
+      }
+    }
+    const int row = wg_row0 + 16 * warp + g + 8 * h;
+    if (p.lse != nullptr && q == 0 && m_start + row < p.seq_q) p.lse[bh * p.seq_q + m_start + row] = lse2;
+#pragma unroll
+    for (int c = 0; c < Cfg::kHeadDim / 8; ++c) {
+      const uint32_t packed = Ops::pack(st.o[4 * c + 2 * h] * inv_l, st.o[4 * c + 2 * h + 1] * inv_l);
+      *reinterpret_cast<uint32_t*>(smem_q_ptr + swizzled_offset<Cfg::kBlockM>(row, c) + 4 * q) = packed;
+    }
+  }
+  warpgroup_barrier_sync(warpgroup);
+  Element* o_head = static_cast<Element*>(p.out) + batch * p.o_batch_stride + head * p.o_head_stride;
+  constexpr int kChunks = Cfg::kHeadDim / 8;
+  const int chunks = p.head_dim / 8;  // the tensor's (host: a multiple of 8, <= kHeadDim)
+#pragma unroll
+  for (int i = 0; i < 64 * kChunks / 128; ++i) {
+    const int idx = thread_in_wg + i * 128;
+    const int row = wg_row0 + idx / kChunks;
+    const int chunk = idx % kChunks;
+    const int grow = m_start + row;
+    if (grow < p.seq_q && chunk < chunks) {
+      const uint4 value =
+          *reinterpret_cast<const uint4*>(smem_q_ptr + swizzled_offset<Cfg::kBlockM>(row, chunk));
+      *reinterpret_cast<uint4*>(o_head + grow * p.o_row_stride + chunk * 8) = value;
+    }
+  }
+  // END SOLUTION
+}
+
+// ---------------------------------------------------------------------------------------
+// The kernels
+// ---------------------------------------------------------------------------------------
+
+// What one CTA works on (uniform over the CTA).
+struct CtaWork {
+  int64_t bh, batch, head, kv_head;
+  int m_start;         // first query row of the CTA tile
+  int n_first;         // the lowest key tile any row of the CTA sees (a window's, left padding's)
+  int n_tiles;         // key tiles of the interval: n_block = n_first + n_tiles - 1 down to n_first
+  int unmasked_begin;  // key tiles in [unmasked_begin, unmasked_end) are visible to every row
+  int unmasked_end;    // with no bias, as far as the interval goes (the summary says the rest)
+  // The mask tensor's summary of this CTA's query tile: key tile n's TileKind at summary[n];
+  // nullptr without a mask tensor (then every tile of the interval is visited).
+  const uint8_t* summary;
+  // Key tile of the j-th step of the interval (highest first: the masked tiles at the
+  // diagonal come first).
+  __device__ __forceinline__ int n_block(int j) const { return n_first + n_tiles - 1 - j; }
+  // Whether a visited tile needs the per-element predicate: the interval cuts it, or the
+  // summary calls it partial (`kind`, from visited_tile).
+  __device__ __forceinline__ bool needs_mask(int n_block, int kind) const {
+    return n_block >= unmasked_end || n_block < unmasked_begin || kind == kTilePartial;
+  }
+};
+
+// The work of query tile m_tile of (batch, head) bh.
+template <typename Cfg>
+__device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int64_t bh) {
+  CtaWork w;
+  w.bh = bh;
+  w.batch = w.bh / p.heads;
+  w.head = w.bh % p.heads;
+  w.kv_head = w.head / p.kv_group;  // GQA: the query heads of a group share K/V
+  w.m_start = m_tile * Cfg::kBlockM;
+  w.summary = nullptr;
+  attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
+  if constexpr (Cfg::kMaskTensor) {
+    if (p.tile_summary != nullptr) {
+      w.summary = p.tile_summary + w.batch * p.summary_batch_stride + w.head * p.summary_head_stride +
+                  static_cast<int64_t>(m_tile) * p.summary_key_tiles;
+      // The summary speaks for the mask tensor: the interval below is the rest of the predicate.
+      mask.mask_head = nullptr;
+    }
+  }
+  const int q_last = w.m_start + Cfg::kBlockM - 1;
+  // Key tiles that no row of the CTA can see are never loaded (a window costs its tiles).
+  w.n_first = max(mask.keys_begin(w.m_start), 0) / Cfg::kBlockN;
+  const int n_end = max(w.n_first, (mask.keys_end(q_last) + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  w.n_tiles = n_end - w.n_first;
+  const int2 unmasked = mask.unmasked_keys(w.m_start, q_last);
+  w.unmasked_begin = (unmasked.x + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  w.unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / Cfg::kBlockN : 0;
+  return w;
+}
+
+// v1-v6: the CTA's own tile. Grid: x = query tiles, heaviest (last, under the causal mask)
+// first; y/z = batch * heads.
+template <typename Cfg>
+__device__ __forceinline__ CtaWork cta_work(const Params& p) {
+  return cta_work_at<Cfg>(p, static_cast<int>(gridDim.x - 1 - blockIdx.x),
+                          static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y);
+}
+
+// v7: the work tiles, numbered heads-major with each head's query tiles heaviest first (the
+// order v1-v6's grid launches them in, so the CTAs at work at one time share few heads' K/V in
+// L2). CTA c starts with tile c; each later tile is the next one not yet taken (an atomic
+// counter): greedy, so a CTA that drew short causal tiles takes more of them. (Dealt in turn,
+// c, c + gridDim.x, ..., a CTA at S 1024 saw only two of the 8 query tiles of a head, always
+// the same two: up to twice another CTA's work under the causal mask.)
+template <typename Cfg>
+__device__ __forceinline__ int64_t work_tiles(const Params& p) {
+  return static_cast<int64_t>((p.seq_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * p.batch_heads;
+}
+template <typename Cfg>
+__device__ __forceinline__ CtaWork work_tile(const Params& p, int64_t tile) {
+  const int m_tiles = (p.seq_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  return cta_work_at<Cfg>(p, m_tiles - 1 - static_cast<int>(tile % m_tiles), tile / m_tiles);
+}
+
+// The highest key tile <= n that the CTA visits, or a value below w.n_first when none is left;
+// `kind` gets its TileKind (that of the 128-key summary block the tile lies in). Without a
+// summary that is n itself (kTileVisible: the interval alone decides); with one, the tiles the
+// summary calls empty are passed over. The producer and the consumers call it on the same
+// arguments, so they walk the same list; the stage and parity counters count visited tiles. (A
+// CTA's row of the summary is a few bytes that stay in L1.)
+template <typename Cfg>
+__device__ __forceinline__ int visited_tile(const CtaWork& w, int n, int& kind) {
+  kind = kTileVisible;
+  if constexpr (Cfg::kMaskTensor) {
+    if (w.summary != nullptr) {
+      for (; n >= w.n_first; --n) {
+        kind = __ldg(w.summary + n / Cfg::kTilesPerSummaryBlock);
+        if (kind != kTileEmpty) break;
+      }
+    }
+  }
+  return n;
+}
+
+// What a tile's scores need before the softmax: the softcap (Gemma-2; every tile, before a
+// mask's bias, general instantiation only) and the mask, on the tiles that need it (a uniform
+// branch: tiles inside [unmasked_begin, unmasked_end) skip the per-element predicate).
+template <typename Cfg>
+__device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], const Params& p,
+                                               const CtaWork& w,
+                                               const attn::KeyMask<Cfg::kGeneral>& mask,
+                                               int n_block, int kind, int row0, int col_in_tile) {
+  if constexpr (Cfg::kSoftcap) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = attn::softcap_score_fast(s[i], p.mask);
+  }
+  if (!w.needs_mask(n_block, kind)) return;
+  const int col0 = n_block * Cfg::kBlockN + col_in_tile;
+  if constexpr (Cfg::kGeneral) {
+    // The general predicate is rebuilt here, on the tiles that need it, from the kernel's
+    // parameters (constant memory): kept live across the key loop its ~17 registers made
+    // v5's consumers spill (ptxas), and most tiles need none of them.
+    const attn::KeyMask<true> tile_mask(p.mask, w.batch, w.head);
+    // The mask tensor on the tiles its summary calls partial, one instantiation per storage
+    // type (a uniform branch per tile); on the others the interval alone.
+    if constexpr (Cfg::kMaskTensor) {
+      if (kind == kTilePartial && tile_mask.mask_head != nullptr) {
+        switch (tile_mask.mask_kind) {
+          case attn::kBoolMask: return apply_mask<Cfg, attn::kBoolMask>(s, tile_mask, row0, col0);
+          case attn::kFloat32Mask: return apply_mask<Cfg, attn::kFloat32Mask>(s, tile_mask, row0, col0);
+          case attn::kFloat16Mask: return apply_mask<Cfg, attn::kFloat16Mask>(s, tile_mask, row0, col0);
+          default: return apply_mask<Cfg, attn::kBFloat16Mask>(s, tile_mask, row0, col0);
+        }
+      }
+    }
+    apply_mask<Cfg>(s, tile_mask, row0, col0);
+  } else {
+    apply_mask<Cfg>(s, mask, row0, col0);
+  }
+}
+
+// The shared-memory addresses of one CTA (the dynamic allocation rounded up to 1024 bytes).
+template <typename Cfg>
+struct SmemTiles {
+  unsigned char* q_ptr;  // the Q tile, as a pointer (the epilogue stages O there)
+  unsigned char* o_ptr;  // where the epilogue stages O: Q's tile, or v7's own buffer
+  uint32_t q, k, v, barriers;
+  __device__ __forceinline__ uint32_t k_stage(int s) const { return k + s * Cfg::kKVBytes; }
+  __device__ __forceinline__ uint32_t v_stage(int s) const { return v + s * Cfg::kKVBytes; }
+  // mbarriers: [0] Q full, then K full, V full, K empty, V empty (kStages each).
+  __device__ __forceinline__ uint32_t q_full() const { return barriers; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return barriers + 8 * (1 + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return barriers + 8 * (1 + Cfg::kStages + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return barriers + 8 * (1 + 2 * Cfg::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return barriers + 8 * (1 + 3 * Cfg::kStages + s); }
+  // v7: the consumers are done reading Q (a completion per work tile).
+  __device__ __forceinline__ uint32_t q_empty() const { return barriers + 8 * (1 + 4 * Cfg::kStages); }
+  // v7: the work tile the producer loaded Q for (written before q_full's arrival, read after
+  // its wait).
+  __device__ __forceinline__ volatile int64_t* work_tile_slot() const {
+    return reinterpret_cast<volatile int64_t*>(q_ptr + Cfg::kOffBarriers + 8 * (2 + 4 * Cfg::kStages));
+  }
+
+  __device__ __forceinline__ explicit SmemTiles(unsigned char* raw) {
+    const uint32_t raw_u32 = mma_attn::smem_u32(raw);
+    const uint32_t base = (raw_u32 + 1023u) & ~1023u;
+    q_ptr = raw + (base - raw_u32);
+    o_ptr = q_ptr + (Cfg::kPersistent ? Cfg::kOffO : Cfg::kOffQ);
+    q = base + Cfg::kOffQ;
+    k = base + Cfg::kOffK;
+    v = base + Cfg::kOffV;
+    barriers = base + Cfg::kOffBarriers;
+  }
+};
+
+// v2, v3: the producer's copy of key tile n_block into stage s (K or V): announce the bytes,
+// then issue the boxes.
+template <typename Cfg>
+__device__ __forceinline__ void issue_kv_tile(uint32_t smem_stage, const CUtensorMap* map,
+                                              uint32_t full_bar, int n_block, const CtaWork& w) {
+  mbarrier_arrive_expect_tx(full_bar, Cfg::kKVBytes);
+  load_tile_tma<Cfg::kHeadDim, Cfg::kBlockN>(smem_stage, map, full_bar, n_block * Cfg::kBlockN,
+                                             static_cast<int>(w.kv_head), static_cast<int>(w.batch));
+}
+
+// ---- v1: wgmma from shared memory, cp.async loads, one warpgroup ----
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void attention_v1(const Params& p, unsigned char* smem_raw) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: Q and K[last] by cp.async, then per key tile (last to first): wait +
+  // HINT: fence.proxy.async + barrier, load V, S = Q K^T, mask, wait + barrier, load the next K,
+  // HINT: softmax, O += P V; then write_output.
+  static_assert(!Cfg::kGeneral, "v1 runs dense attention only (its K prefetch assumes every tile)");
+  constexpr int D = Cfg::kHeadDim;
+  const int tid = threadIdx.x;
+  const CtaWork w = cta_work<Cfg>(p);
+  const SmemTiles<Cfg> smem(smem_raw);
+  const Element* q_head = static_cast<const Element*>(p.q) + w.batch * p.q_batch_stride + w.head * p.q_head_stride;
+  const Element* k_head = static_cast<const Element*>(p.k) + w.batch * p.k_batch_stride + w.kv_head * p.k_head_stride;
+  const Element* v_head = static_cast<const Element*>(p.v) + w.batch * p.v_batch_stride + w.kv_head * p.v_head_stride;
+
+  // Prologue: Q and the first (highest) K tile in flight.
+  load_tile_cp_async<D, Cfg::kBlockM, 128>(smem.q, q_head, p.q, p.q_row_stride, w.m_start, p.seq_q,
+                                           p.head_dim, tid);
+  mma_attn::cp_async_commit();
+  if (w.n_tiles > 0)
+    load_tile_cp_async<D, Cfg::kBlockN, 128>(smem.k, k_head, p.k, p.k_row_stride,
+                                             w.n_block(0) * Cfg::kBlockN, p.seq_k, p.head_dim, tid);
+  mma_attn::cp_async_commit();
+
+  RowState<Cfg> st;
+  init_row_state(st);
+  const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
+  const int row0 = w.m_start + 16 * (tid >> 5) + ((tid & 31) >> 2);  // this thread's row g
+  const int col_in_tile = 2 * (tid & 3);
+
+  for (int j = 0; j < w.n_tiles; ++j) {
+    const int n_block = w.n_block(j);
+    // K[n_block] (and Q) landed for every thread, and everyone is done with V[n_block + 1].
+    mma_attn::cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    load_tile_cp_async<D, Cfg::kBlockN, 128>(smem.v, v_head, p.v, p.v_row_stride, n_block * Cfg::kBlockN,
+                                             p.seq_k, p.head_dim, mma_attn::thread_index_fresh());
+    mma_attn::cp_async_commit();
+
+    float s[Cfg::kBlockN / 2];
+    compute_scores<Element, Cfg>(s, smem.q, smem.k);
+    prepare_scores<Cfg>(s, p, w, mask, n_block, kTileVisible, row0, col_in_tile);
+
+    // V[n_block] landed, and everyone is done with K[n_block]: K[n_block - 1] loads during
+    // the softmax and P V.
+    mma_attn::cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (n_block > w.n_first)
+      load_tile_cp_async<D, Cfg::kBlockN, 128>(smem.k, k_head, p.k, p.k_row_stride,
+                                               (n_block - 1) * Cfg::kBlockN, p.seq_k, p.head_dim,
+                                               mma_attn::thread_index_fresh());
+    mma_attn::cp_async_commit();
+
+    online_softmax_step<Cfg>(s, st, p.scale_log2);
+    compute_pv<Element, Cfg>(st, s, smem.v);
+  }
+  // Without any key tile the Q copies were never waited for: they land before the epilogue
+  // overwrites the Q tile.
+  mma_attn::cp_async_wait<0>();
+  __syncthreads();
+  write_output<Element, Cfg>(p, st, smem.q_ptr, 0, w.m_start, w.bh, w.batch, w.head, tid);
+  // END SOLUTION
+}
+
+// ---- v2: TMA + mbarrier, 2-stage K/V ring, one warpgroup ----
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void attention_v2(const Params& p, unsigned char* smem_raw,
+                                             const CUtensorMap* map_q, const CUtensorMap* map_k,
+                                             const CUtensorMap* map_v) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: one thread initialises the mbarriers and issues the TMA copies of Q
+  // HINT: and the first kStages K/V tiles; per tile wait on the stage's full barrier (parity (j /
+  // HINT: kStages) & 1), compute, and after a CTA barrier refill the stage with tile j + kStages.
+  constexpr int kStages = Cfg::kStages;
+  const int tid = threadIdx.x;
+  const CtaWork w = cta_work<Cfg>(p);
+  const SmemTiles<Cfg> smem(smem_raw);
+
+  if (tid == 0) {
+    mbarrier_init(smem.q_full(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(smem.k_full(s), 1);
+      mbarrier_init(smem.v_full(s), 1);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  // One thread fills the ring: Q, then the first kStages K/V tiles. Every thread keeps the
+  // cursor of the next tile to load (n_load: the visited tile kStages ahead of the one computed).
+  int kind;
+  int n_load = visited_tile<Cfg>(w, w.n_block(0), kind);
+  if (tid == 0) {
+    mbarrier_arrive_expect_tx(smem.q_full(), Cfg::kQBytes);
+    load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), w.m_start,
+                                               static_cast<int>(w.head), static_cast<int>(w.batch));
+  }
+  for (int j = 0; j < kStages && n_load >= w.n_first; ++j) {
+    if (tid == 0) {
+      issue_kv_tile<Cfg>(smem.k_stage(j), map_k, smem.k_full(j), n_load, w);
+      issue_kv_tile<Cfg>(smem.v_stage(j), map_v, smem.v_full(j), n_load, w);
+    }
+    int ignored;
+    n_load = visited_tile<Cfg>(w, n_load - 1, ignored);
+  }
+
+  RowState<Cfg> st;
+  init_row_state(st);
+  const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
+  const int row0 = w.m_start + 16 * (tid >> 5) + ((tid & 31) >> 2);
+  const int col_in_tile = 2 * (tid & 3);
+
+  mbarrier_wait(smem.q_full(), 0);
+  int j = 0;
+  for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
+       n_block = visited_tile<Cfg>(w, n_block - 1, kind), ++j) {
+    const int stage = j % kStages;
+    // Tile j is the (j / kStages)-th use of its stage: that phase's parity.
+    const uint32_t parity = (j / kStages) & 1;
+    const bool refill = n_load >= w.n_first;  // a visited tile kStages ahead of this one
+    mbarrier_wait(smem.k_full(stage), parity);
+    float s[Cfg::kBlockN / 2];
+    compute_scores<Element, Cfg>(s, smem.q, smem.k_stage(stage));
+    prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
+    // Every warp is done with K[stage]: refill it with the visited tile kStages ahead.
+    __syncthreads();
+    if (tid == 0 && refill)
+      issue_kv_tile<Cfg>(smem.k_stage(stage), map_k, smem.k_full(stage), n_load, w);
+
+    online_softmax_step<Cfg>(s, st, p.scale_log2);
+    mbarrier_wait(smem.v_full(stage), parity);
+    compute_pv<Element, Cfg>(st, s, smem.v_stage(stage));
+    __syncthreads();
+    if (refill) {
+      if (tid == 0) issue_kv_tile<Cfg>(smem.v_stage(stage), map_v, smem.v_full(stage), n_load, w);
+      int ignored;
+      n_load = visited_tile<Cfg>(w, n_load - 1, ignored);
+    }
+  }
+  write_output<Element, Cfg>(p, st, smem.q_ptr, 0, w.m_start, w.bh, w.batch, w.head, tid);
+  // END SOLUTION
+}
+
+// A consumer warp is done reading a K or V stage (its wgmma that read it has completed): one
+// lane arrives on the stage's empty barrier, which completes once every consumer warp has.
+__device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbarrier_arrive(empty_bar);
+}
+
+// ---- v4, v5: one consumer warpgroup's key loop with the softmax overlapping the tensor cores ----
+// v3 waits for each wgmma it issues, so a warpgroup's tensor-core work and its softmax never
+// overlap. Here (FlashAttention-3's intra-warpgroup overlap) an iteration issues S[j] = Q K[j]^T
+// and then O += P[j-1] V[j-1], waits only for S[j] (wgmma_wait<1>: the older group), and runs
+// the softmax of tile j while the P V product is still running; then it waits for that, scales
+// O by the new correction and packs P[j]. The price: P[j-1]'s fragments and S[j] are live at
+// once (32 + 64 registers beside O). v5 adds the turns (FlashAttention-3's ping-pong): the
+// consumers issue their wgmma in turn, so one's softmax runs while another's products occupy
+// the tensor cores. The last consumer hands consumer 0 the first turn, and skips its last
+// hand-over, so that every named barrier ends with as many arrivals as waits. v6 is v5 with
+// three consumers (head_dim 64). v7 calls it once per work tile: j0 is the key tiles the CTA
+// visited before (the ring's stages and parities go on from there), `visited` gets this
+// tile's count, and each warp arrives on q_empty (when not 0) once its last S = Q K^T is in.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWork& w,
+                                                   const SmemTiles<Cfg>& smem, RowState<Cfg>& st,
+                                                   const attn::KeyMask<Cfg::kGeneral>& mask, uint32_t q_rows,
+                                                   int row0, int col_in_tile, int consumer, int lane,
+                                                   int j0, int& visited, uint32_t q_empty) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1: wait K[j] and
+  // HINT: V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask + softmax_update,
+  // HINT: wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]. Last: O += P V of the last tile.
+  // HINT: Tile j uses stage (j0 + j) % kStages, parity ((j0 + j) / kStages) & 1; set `visited`
+  // HINT: and release q_empty (when not 0) once the last S is in, and when no tile is visited.
+  constexpr int kStages = Cfg::kStages;
+  // The visited key tiles, highest first (visited_tile): j counts them, n_block is the j-th.
+  int kind;
+  int n_block = visited_tile<Cfg>(w, w.n_block(0), kind);
+  visited = 0;
+  if (n_block < w.n_first) {  // no key tile: zeros (uniform over the CTA)
+    if (q_empty != 0) release_stage(q_empty, lane);
+    return;
+  }
+  auto stage_of = [j0](int j) { return (j0 + j) % kStages; };
+  auto parity_of = [j0](int j) { return static_cast<uint32_t>(((j0 + j) / kStages) & 1); };
+  constexpr int kLast = Cfg::kConsumers - 1;
+  auto my_turn = [&]() { if constexpr (Cfg::kPingPong) wait_for_turn(consumer); };
+  // Every issue point hands the turn on, but the last consumer's last one (see above).
+  auto end_turn = [&](bool last) {
+    if constexpr (Cfg::kPingPong) {
+      if (consumer != kLast || !last) pass_turn<Cfg::kConsumers>(consumer);
+    }
+  };
+  if constexpr (Cfg::kPingPong) {
+    if (consumer == kLast) pass_turn<Cfg::kConsumers>(kLast);  // consumer 0 starts
+  }
+
+  float s[Cfg::kBlockN / 2];
+  PFragments<Cfg> a;
+  float correction[2];
+  // Tile 0 (the highest key block): scores, mask, softmax; O is still zero.
+  mbarrier_wait(smem.k_full(stage_of(0)), parity_of(0));
+  my_turn();
+  issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage_of(0)));
+  end_turn(false);
+  // The next visited tile is looked up while the tensor cores run (the summary's bytes).
+  int next_kind;
+  int next = visited_tile<Cfg>(w, n_block - 1, next_kind);
+  wgmma_wait<0>();
+  fence_registers(s);
+  release_stage(smem.k_empty(stage_of(0)), lane);
+  prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
+  softmax_update<Cfg>(s, st, p.scale_log2, correction);
+  pack_p<Element, Cfg>(a, s);
+
+  int j = 1;
+  for (; next >= w.n_first; ++j) {
+    n_block = next;
+    kind = next_kind;
+    mbarrier_wait(smem.k_full(stage_of(j)), parity_of(j));
+    mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
+    my_turn();
+    issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage_of(j)));
+    issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
+    end_turn(false);
+    next = visited_tile<Cfg>(w, n_block - 1, next_kind);
+    wgmma_wait<1>();  // S[j] is in; P[j-1] V[j-1] may still run
+    fence_registers(s);
+    release_stage(smem.k_empty(stage_of(j)), lane);
+    if (kind == kTilePartial) {
+      // A tile that reads the mask tensor element by element waits for P[j-1] V[j-1] first:
+      // P's fragments are then free for the mask's loads (overlapping both, v5's consumers
+      // spilled, ptxas said). Only the tiles the summary calls partial pay this.
+      wgmma_wait<0>();
+      fence_registers(st.o);
+      fence_registers(a);
+      release_stage(smem.v_empty(stage_of(j - 1)), lane);
+      prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
+      softmax_update<Cfg>(s, st, p.scale_log2, correction);
+    } else {
+      prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
+      softmax_update<Cfg>(s, st, p.scale_log2, correction);
+      wgmma_wait<0>();  // O is written and P[j-1]'s fragments are read
+      fence_registers(st.o);
+      fence_registers(a);
+      release_stage(smem.v_empty(stage_of(j - 1)), lane);
+    }
+    rescale_o<Cfg>(st, correction);
+    pack_p<Element, Cfg>(a, s);
+  }
+  // Q is read no more (the last S is in): v7's producer may load the next tile's.
+  if (q_empty != 0) release_stage(q_empty, lane);
+  visited = j;
+  // The last tile's P V (tile j - 1: j tiles were visited).
+  mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
+  my_turn();
+  issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
+  end_turn(true);
+  wgmma_wait<0>();
+  fence_registers(st.o);
+  fence_registers(a);
+  release_stage(smem.v_empty(stage_of(j - 1)), lane);
+  // END SOLUTION
+}
+
+// ---- v3: warp specialization: 1 producer warpgroup (TMA), 2 consumer warpgroups ----
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void attention_v3(const Params& p, unsigned char* smem_raw,
+                                             const CUtensorMap* map_q, const CUtensorMap* map_k,
+                                             const CUtensorMap* map_v) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: mbarriers as in v2 plus empty barriers; warpgroup 0 (setmaxnreg.dec)
+  // HINT: has one thread issue every copy after waiting for the stage's release, warpgroups 1 and
+  // HINT: 2 (setmaxnreg.inc) compute 64 rows each and release each stage with one arrive per warp.
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kConsumerWarps = 4 * Cfg::kConsumers;
+  const int tid = threadIdx.x;
+  // The warpgroup index, made visibly warp-uniform (a shuffle from lane 0) so the compiler
+  // keeps the role branch uniform.
+  const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const CtaWork w = cta_work<Cfg>(p);
+  const SmemTiles<Cfg> smem(smem_raw);
+
+  if (tid == 0) {
+    mbarrier_init(smem.q_full(), 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(smem.k_full(s), 1);
+      mbarrier_init(smem.v_full(s), 1);
+      // Released by one lane of every consumer warp once its wgmma reading the stage is done.
+      mbarrier_init(smem.k_empty(s), kConsumerWarps);
+      mbarrier_init(smem.v_empty(s), kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();  // the last CTA-wide barrier: the roles never wait for each other again
+
+  if (warpgroup == 0) {
+    // ---- producer: gives its registers away, one thread issues every copy ----
+    setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if (tid == 0) {
+      mbarrier_arrive_expect_tx(smem.q_full(), Cfg::kQBytes);
+      load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), w.m_start,
+                                                 static_cast<int>(w.head), static_cast<int>(w.batch));
+      // The consumers' list of tiles (visited_tile), j counting them.
+      int kind, j = 0;
+      for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
+           n_block = visited_tile<Cfg>(w, n_block - 1, kind), ++j) {
+        const int stage = j % kStages;
+        // Tile j reuses the stage of tile j - kStages: wait until the consumers released it,
+        // the (j / kStages - 1)-th completion of the stage's empty barrier.
+        const uint32_t parity = ((j / kStages) - 1) & 1;
+        if (j >= kStages) mbarrier_wait(smem.k_empty(stage), parity);
+        issue_kv_tile<Cfg>(smem.k_stage(stage), map_k, smem.k_full(stage), n_block, w);
+        if (j >= kStages) mbarrier_wait(smem.v_empty(stage), parity);
+        issue_kv_tile<Cfg>(smem.v_stage(stage), map_v, smem.v_full(stage), n_block, w);
+      }
+    }
+  } else {
+    // ---- consumers: 64 query rows each ----
+    setmaxnreg_inc<Cfg::kConsumerRegisters>();
+    const int consumer = warpgroup - 1;
+    const int thread_in_wg = tid - 128 * warpgroup;
+    const int lane = tid & 31;
+    RowState<Cfg> st;
+    init_row_state(st);
+    const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
+    const int row0 = w.m_start + 64 * consumer + 16 * (thread_in_wg >> 5) + (lane >> 2);
+    const int col_in_tile = 2 * (lane & 3);
+    const uint32_t q_rows = smem.q + consumer * 64 * 128;  // this warpgroup's rows of each column block
+
+    mbarrier_wait(smem.q_full(), 0);
+    if constexpr (Cfg::kIntraOverlap) {
+      int visited = 0;
+      consume_overlapped<Element, Cfg>(p, w, smem, st, mask, q_rows, row0, col_in_tile, consumer, lane,
+                                       0, visited, 0);
+    } else {
+      int kind, j = 0;
+      for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
+           n_block = visited_tile<Cfg>(w, n_block - 1, kind), ++j) {
+        const int stage = j % kStages;
+        const uint32_t parity = (j / kStages) & 1;
+        mbarrier_wait(smem.k_full(stage), parity);
+        float s[Cfg::kBlockN / 2];
+        compute_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage));
+        release_stage(smem.k_empty(stage), lane);
+        prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
+        online_softmax_step<Cfg>(s, st, p.scale_log2);
+        mbarrier_wait(smem.v_full(stage), parity);
+        compute_pv<Element, Cfg>(st, s, smem.v_stage(stage));
+        release_stage(smem.v_empty(stage), lane);
+      }
+    }
+    write_output<Element, Cfg>(p, st, smem.q_ptr, consumer, w.m_start, w.bh, w.batch, w.head,
+                               thread_in_wg);
+  }
+  // END SOLUTION
+}
+
+// ---- v7: v5 persistent: one CTA per SM walks the work tiles ----
+// v1-v6 launch one CTA per (query tile, head): it starts by loading its Q and first K/V tiles
+// and ends writing O, and while it does either, the SM's tensor cores wait (at S 1024 a CTA
+// visits only 8 key tiles, so that start and end are a large part of its time). v7's CTAs stay
+// resident and take the work tiles in turn (work_tile): the producer loads the next tile's Q
+// as soon as both consumers' last S = Q K^T is in (q_empty), and the next K/V tiles as stages
+// free up, so they arrive during this tile's last P V and its epilogue; O is staged in a buffer
+// of its own (the next Q lands in Q's). The consumers' key loop is v5's (consume_overlapped),
+// the ring's stage and parity counters running on across tiles (j0).
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void attention_v7(const Params& p, unsigned char* smem_raw,
+                                             const CUtensorMap* map_q, const CUtensorMap* map_k,
+                                             const CUtensorMap* map_v) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: v5's roles in a loop over work tiles (work_tile): blockIdx.x first,
+  // HINT: then atomicAdd(p.tile_counter, 1) + gridDim.x. Producer: before tile i's Q, wait q_empty's
+  // HINT: (i-1)-th completion and write the tile's index to work_tile_slot (past the last: plain
+  // HINT: arrive on q_full, stop); count K/V tiles across work tiles. Consumers: wait q_full's i-th
+  // HINT: completion, read the slot, consume_overlapped with j0 and q_empty, write_output to o_ptr.
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kConsumerWarps = 4 * Cfg::kConsumers;
+  const int tid = threadIdx.x;
+  const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const SmemTiles<Cfg> smem(smem_raw);
+  const int64_t tiles = work_tiles<Cfg>(p);
+
+  if (tid == 0) {
+    mbarrier_init(smem.q_full(), 1);
+    mbarrier_init(smem.q_empty(), kConsumerWarps);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(smem.k_full(s), 1);
+      mbarrier_init(smem.v_full(s), 1);
+      mbarrier_init(smem.k_empty(s), kConsumerWarps);
+      mbarrier_init(smem.v_empty(s), kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if (tid == 0) {
+      int j = 0;  // key tiles loaded so far, over every work tile
+      int64_t tile = blockIdx.x;
+      for (int i = 0;; ++i) {
+        // The consumers are done with the previous tile's Q and have read its index.
+        if (i > 0) mbarrier_wait(smem.q_empty(), static_cast<uint32_t>((i - 1) & 1));
+        *smem.work_tile_slot() = tile;
+        if (tile >= tiles) {  // no work left: wake the consumers to read that and stop
+          mbarrier_arrive(smem.q_full());
+          break;
+        }
+        const CtaWork w = work_tile<Cfg>(p, tile);
+        mbarrier_arrive_expect_tx(smem.q_full(), Cfg::kQBytes);
+        load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), w.m_start,
+                                                   static_cast<int>(w.head), static_cast<int>(w.batch));
+        // The next tile is claimed now; the atomic's round trip overlaps this tile's loads.
+        const int64_t next = atomicAdd(p.tile_counter, 1) + static_cast<int64_t>(gridDim.x);
+        int kind;
+        for (int n_block = visited_tile<Cfg>(w, w.n_block(0), kind); n_block >= w.n_first;
+             n_block = visited_tile<Cfg>(w, n_block - 1, kind), ++j) {
+          const int stage = j % kStages;
+          const uint32_t parity = ((j / kStages) - 1) & 1;
+          if (j >= kStages) mbarrier_wait(smem.k_empty(stage), parity);
+          issue_kv_tile<Cfg>(smem.k_stage(stage), map_k, smem.k_full(stage), n_block, w);
+          if (j >= kStages) mbarrier_wait(smem.v_empty(stage), parity);
+          issue_kv_tile<Cfg>(smem.v_stage(stage), map_v, smem.v_full(stage), n_block, w);
+        }
+        tile = next;
+      }
+    }
+  } else {
+    setmaxnreg_inc<Cfg::kConsumerRegisters>();
+    const int consumer = warpgroup - 1;
+    const int thread_in_wg = tid - 128 * warpgroup;
+    const int lane = tid & 31;
+    const uint32_t q_rows = smem.q + consumer * 64 * 128;
+    int j0 = 0;  // key tiles visited so far, over every work tile
+    for (int i = 0;; ++i) {
+      mbarrier_wait(smem.q_full(), static_cast<uint32_t>(i & 1));
+      const int64_t tile = *smem.work_tile_slot();
+      if (tile >= tiles) break;
+      const CtaWork w = work_tile<Cfg>(p, tile);
+      RowState<Cfg> st;
+      init_row_state(st);
+      const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
+      const int row0 = w.m_start + 64 * consumer + 16 * (thread_in_wg >> 5) + (lane >> 2);
+      const int col_in_tile = 2 * (lane & 3);
+      int visited = 0;
+      consume_overlapped<Element, Cfg>(p, w, smem, st, mask, q_rows, row0, col_in_tile, consumer, lane,
+                                       j0, visited, smem.q_empty());
+      write_output<Element, Cfg>(p, st, smem.o_ptr, consumer, w.m_start, w.bh, w.batch, w.head,
+                                 thread_in_wg);
+      j0 += visited;
+    }
+  }
+  // END SOLUTION
+}
+
+template <typename Element, typename Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    flash_attention_hopper_kernel(const Params p, const __grid_constant__ CUtensorMap map_q,
+                                  const __grid_constant__ CUtensorMap map_k,
+                                  const __grid_constant__ CUtensorMap map_v) {
+#if HOPPER_ATTN_SM90A
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // batch * heads above 65535 spill into gridDim.z, which can overshoot: whole CTA, before any
+  // barrier.
+  if (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y >= p.batch_heads) return;
+  if constexpr (Cfg::kVersion == 1) {
+    attention_v1<Element, Cfg>(p, smem_raw);
+  } else if constexpr (Cfg::kVersion == 2) {
+    attention_v2<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
+  } else if constexpr (Cfg::kPersistent) {
+    attention_v7<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
+  } else {  // v3, v4, v5: the same roles, v4 and v5 differ in the consumers' key loop
+    attention_v3<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
+  }
+#else
+  // Not built for sm_90a (no wgmma): the host never launches this.
+  __trap();
+#endif
+}
+
+// ---- the mask tensor's per-tile summary (TileKind, beside Params, says what it holds) ----
+// One CTA of 256 threads per block of kRows query rows x 128 keys (a grid-stride loop over the
+// blocks of every mask batch and head): thread t reads key column t % 128 of rows t / 128,
+// t / 128 + 2, ... (a warp reads 32 consecutive elements of a row when the keys are
+// contiguous), and the CTA ORs what its threads saw. It reads the mask once, a cost well under
+// the attention's (an [8192, 8192] bool mask is 64 MiB).
+template <int kMaskKind>
+__global__ void __launch_bounds__(256)
+    tile_summary_kernel(const attn::MaskParams m, uint8_t* out, int64_t mask_heads, int q_tiles,
+                        int k_tiles, int rows, int64_t blocks) {
+  constexpr int kCols = kSummaryKeys;
+  static_assert(kCols == Tile<64, 2>::kBlockN && kCols % Tile<256, 5>::kBlockN == 0,
+                "a kernel's key tile is a summary block or lies inside one");
+  const int elem = kMaskKind == attn::kBoolMask ? 1 : (kMaskKind == attn::kFloat32Mask ? 4 : 2);
+  const int col = threadIdx.x % kCols;
+  const int row_lane = threadIdx.x / kCols;
+  for (int64_t idx = blockIdx.x; idx < blocks; idx += gridDim.x) {
+    const int kt = static_cast<int>(idx % k_tiles);
+    int64_t rest = idx / k_tiles;
+    const int qt = static_cast<int>(rest % q_tiles);
+    rest /= q_tiles;
+    const int64_t mh = rest % mask_heads, mb = rest / mask_heads;
+    const char* head = static_cast<const char*>(m.mask) + (mb * m.mask_stride_b + mh * m.mask_stride_h) * elem;
+    const int q_end = min(qt * rows + rows, m.seq_q);
+    const int key = kt * kCols + col;
+    bool visible = false, other = false;  // some element keeps its key / drops it or has a bias
+    if (key < m.seq_k) {
+      const int64_t key_offset = static_cast<int64_t>(key) * m.mask_stride_k;
+#pragma unroll 8
+      for (int q = qt * rows + row_lane; q < q_end; q += 256 / kCols) {
+        const float value = attn::mask_value(head, kMaskKind, q * m.mask_stride_q + key_offset);
+        visible |= value != -INFINITY;  // NaN too: it reaches the elementwise path (kTilePartial)
+        other |= value != 0.f;
+      }
+    }
+    const bool any_visible = __syncthreads_or(visible);
+    const bool any_other = __syncthreads_or(other);
+    if (threadIdx.x == 0) out[idx] = !any_visible ? kTileEmpty : (any_other ? kTilePartial : kTileVisible);
+  }
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Which instantiation runs a call, and its launch
+// ---------------------------------------------------------------------------------------
+// The host entry (flash_attention_hopper.cu, with torch) builds the tensor maps, a mask
+// tensor's summary and the grid from an instantiation's tile shape, and launches it through
+// a Launcher: what the host needs of one instantiation. The instantiations themselves are
+// compiled in flash_attention_hopper_fp16.cu and flash_attention_hopper_bf16.cu (the extern
+// declarations at the end of this file), each exactly once.
+struct Launcher {
+  int block_m = 0;           // Cfg::kBlockM: query rows per CTA (Q's TMA box, the grid)
+  int block_n = 0;           // Cfg::kBlockN: keys per tile (K's and V's TMA boxes)
+  bool tma = false;          // Cfg::kTma: the kernel reads tensor maps
+  bool mask_tensor = false;  // Cfg::kMaskTensor: a mask tensor reaches it with its summary
+  bool persistent = false;   // Cfg::kPersistent: one CTA per SM and a zeroed tile counter
+  // What cudaFuncSetAttribute said to the kernel's opt-in to Cfg::kSmemBytes of dynamic
+  // shared memory (asked once per process and instantiation).
+  cudaError_t configured = cudaSuccess;
+  // The launch: flash_attention_hopper_kernel<Element, Cfg> on `grid`, Cfg::kThreads threads
+  // and Cfg::kSmemBytes of dynamic shared memory.
+  void (*launch)(const Params& p, const CUtensorMap& map_q, const CUtensorMap& map_k,
+                 const CUtensorMap& map_v, dim3 grid, cudaStream_t stream) = nullptr;
+};
+
+template <typename Element, typename Cfg>
+void launch_kernel(const Params& p, const CUtensorMap& map_q, const CUtensorMap& map_k,
+                   const CUtensorMap& map_v, dim3 grid, cudaStream_t stream) {
+  flash_attention_hopper_kernel<Element, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+      p, map_q, map_k, map_v);
+}
+
+template <typename Element, typename Cfg>
+Launcher launcher() {
+  static_assert(LayoutProofs<Cfg>::kProved, "descriptor / layout proofs");
+  // Above 48 KB a kernel must opt in to more dynamic shared memory (once per process and
+  // instantiation; every Hopper GPU has the same 227 KB limit).
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      flash_attention_hopper_kernel<Element, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      Cfg::kSmemBytes);
+  Launcher l;
+  l.block_m = Cfg::kBlockM;
+  l.block_n = Cfg::kBlockN;
+  l.tma = Cfg::kTma;
+  l.mask_tensor = Cfg::kMaskTensor;
+  l.persistent = Cfg::kPersistent;
+  l.configured = configured;
+  l.launch = &launch_kernel<Element, Cfg>;
+  return l;
+}
+
+// Dense attention (KeyMask<false>): the instantiation of `version` (the host checked it; an
+// empty Launcher for a version this head_dim does not have).
+template <typename Element, int kHeadDim>
+Launcher dispatch_version(int64_t version) {
+  // Head_dim 256 has versions 2 and 5 alone (the host checked `version`): every instantiation
+  // costs compile time, and v1 (copy rounds) and v7 (O's own buffer) do not fit it.
+  if constexpr (kHeadDim == 256) {
+    if (version == 2) return launcher<Element, Tile<kHeadDim, 2>>();
+    return launcher<Element, Tile<kHeadDim, 5>>();
+  } else {
+    switch (version) {
+      case 1: return launcher<Element, Tile<kHeadDim, 1>>();
+      case 2: return launcher<Element, Tile<kHeadDim, 2>>();
+      case 3: return launcher<Element, Tile<kHeadDim, 3>>();
+      case 4: return launcher<Element, Tile<kHeadDim, 4>>();
+      case 5: return launcher<Element, Tile<kHeadDim, 5>>();
+      case 7: return launcher<Element, Tile<kHeadDim, 7>>();
+      default:
+        if constexpr (kHeadDim == 64) return launcher<Element, Tile<kHeadDim, 6>>();
+    }
+  }
+  return Launcher{};
+}
+
+// The general predicate (windows, key lengths, mask tensors, softcap, sinks) is instantiated for
+// the versions flash_attention routes to: 2, and 5 (which also takes v6's calls: v6's
+// 160-register consumers would spill the predicate's state, ptxas says, where v5's 240 hold it).
+// A softcap runs on v5's softcap instantiation, whichever of them was asked for, and a mask
+// tensor on v5 (Tile::kMaskTensor: v2 has no registers for its loads).
+template <typename Element, int kHeadDim>
+Launcher dispatch_general(const Params& p, int64_t version) {
+  if (p.mask.softcap > 0.0) return launcher<Element, Tile<kHeadDim, 5, true, true>>();
+  // (Head_dim 256 has the general v5 alone: a general v2 call runs as v5 there.)
+  if constexpr (kHeadDim != 256) {
+    if (version == 2 && p.mask.mask == nullptr) return launcher<Element, Tile<kHeadDim, 2, true>>();
+  }
+  return launcher<Element, Tile<kHeadDim, 5, true>>();
+}
+
+// Each compiled in one file, flash_attention_hopper_fp16.cu or _bf16.cu; a file that includes
+// this header instantiates none of them (head_dim 96 runs on 128's).
+extern template Launcher dispatch_version<__half, 64>(int64_t version);
+extern template Launcher dispatch_general<__half, 64>(const Params& p, int64_t version);
+extern template Launcher dispatch_version<__half, 128>(int64_t version);
+extern template Launcher dispatch_general<__half, 128>(const Params& p, int64_t version);
+extern template Launcher dispatch_version<__half, 256>(int64_t version);
+extern template Launcher dispatch_general<__half, 256>(const Params& p, int64_t version);
+extern template Launcher dispatch_version<__nv_bfloat16, 64>(int64_t version);
+extern template Launcher dispatch_general<__nv_bfloat16, 64>(const Params& p, int64_t version);
+extern template Launcher dispatch_version<__nv_bfloat16, 128>(int64_t version);
+extern template Launcher dispatch_general<__nv_bfloat16, 128>(const Params& p, int64_t version);
+extern template Launcher dispatch_version<__nv_bfloat16, 256>(int64_t version);
+extern template Launcher dispatch_general<__nv_bfloat16, 256>(const Params& p, int64_t version);
+
+}  // namespace hopper_attn

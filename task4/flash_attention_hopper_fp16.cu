@@ -1,0 +1,21 @@
+// Task 4+: the Hopper kernel's instantiations for fp16 (the kernel and its lesson:
+// flash_attention_hopper.cuh; the host entry that launches them: flash_attention_hopper.cu).
+// compile_check: arch sm_90a
+//
+// One file per element type, so that the build compiles them in parallel: the 46
+// instantiations in one file were the longest single compile of the repository. Each
+// dispatch_version / dispatch_general below instantiates every kernel it can pick for its head
+// dim (head_dim 96 runs on 128's); flash_attention_hopper_bf16.cu does the same for bf16.
+
+#include "flash_attention_hopper.cuh"
+
+namespace hopper_attn {
+
+template Launcher dispatch_version<__half, 64>(int64_t version);
+template Launcher dispatch_general<__half, 64>(const Params& p, int64_t version);
+template Launcher dispatch_version<__half, 128>(int64_t version);
+template Launcher dispatch_general<__half, 128>(const Params& p, int64_t version);
+template Launcher dispatch_version<__half, 256>(int64_t version);
+template Launcher dispatch_general<__half, 256>(const Params& p, int64_t version);
+
+}  // namespace hopper_attn
