@@ -568,7 +568,9 @@ struct QueryTileCursor {
 // Issue the copies of one query tile's Q and dO rows to q_dst and do_dst (cp.async, one commit
 // group) and write its lse2 and D to lse2_dst and delta_dst (+inf and 0 past seq_q: P = 0 and
 // dS = 0 there). kRows rows: the kernel's streamed tile (this file) or query step (the 2-D one).
-template <typename Element, typename Cfg, int kRows>
+// kStageColumnValues false: Q and dO only (the 2-D kernel's lse_regs option reads lse2 and D
+// from global memory into registers; lse2_dst and delta_dst are not touched).
+template <typename Element, typename Cfg, int kRows, bool kStageColumnValues = true>
 __device__ __forceinline__ void load_query_rows(const BwdParams& p, uint32_t q_dst, uint32_t do_dst,
                                                 float* lse2_dst, float* delta_dst, int batch,
                                                 int kv_head, const QueryTileCursor& tile, int tid) {
@@ -584,12 +586,14 @@ __device__ __forceinline__ void load_query_rows(const BwdParams& p, uint32_t q_d
   load_tile<Cfg, kRows>(q_dst, q_head, p.q, p.q_stride_s, tile.start, p.seq_q, p.head_dim, tid);
   load_tile<Cfg, kRows>(do_dst, do_head, p.d_out, p.do_stride_s, tile.start, p.seq_q, p.head_dim, tid);
   cp_async_commit();
-  const int64_t row_base = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q;
-  for (int c = tid; c < kRows; c += Cfg::kThreads) {
-    const int query = tile.start + c;
-    const bool real = query < p.seq_q;
-    lse2_dst[c] = real ? p.lse2[row_base + query] : INFINITY;
-    delta_dst[c] = real ? p.delta[row_base + query] : 0.f;
+  if constexpr (kStageColumnValues) {
+    const int64_t row_base = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q;
+    for (int c = tid; c < kRows; c += Cfg::kThreads) {
+      const int query = tile.start + c;
+      const bool real = query < p.seq_q;
+      lse2_dst[c] = real ? p.lse2[row_base + query] : INFINITY;
+      delta_dst[c] = real ? p.delta[row_base + query] : 0.f;
+    }
   }
   // END SOLUTION
 }

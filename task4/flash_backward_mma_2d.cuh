@@ -311,17 +311,71 @@ __device__ __forceinline__ void store_score_row(const float (&acc)[Cfg::kScoreNT
   // END SOLUTION
 }
 
+// stmatrix is an sm_90 instruction (PTX ISA 7.8): where it is missing the stmatrix option
+// compiles to the STS path (store_score_row).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr bool kHaveStmatrix = true;
+#else
+constexpr bool kHaveStmatrix = false;
+#endif
+
+// Four 8x8 matrices of 16-bit elements from registers to shared memory, ldmatrix_x4 run
+// backwards: lanes 8i..8i+7 give the row addresses of matrix i, and register i holds matrix i
+// (lane l: row l/4, columns 2*(l%4) and 2*(l%4)+1).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+#else
+  __trap();  // kHaveStmatrix keeps callers off this path
+#endif
+}
+
+// store_score_row by stmatrix (sm_90; the stmatrix option): the same 16-bit values at the same
+// addresses, one stmatrix.x4 per 16 x 16 block instead of four 4-byte stores. The accumulator
+// of an m16n8 tile is two 8x8 matrices in exactly the layout stmatrix takes (lane l: row l/4 =
+// g, columns 2t, 2t + 1), so the block's n8 tiles 2jp, 2jp + 1 are the registers
+//   r0 = rows 0-7 x columns 0-7 (acc[2jp][0..1]),   r1 = rows 8-15 x columns 0-7 (acc[2jp][2..3]),
+//   r2 = rows 0-7 x columns 8-15 (acc[2jp+1][0..1]), r3 = rows 8-15 x columns 8-15 (acc[2jp+1][2..3]),
+// whose row addresses are a_rows' (lanes 0-15 rows 0-15 at columns 0-7, lanes 16-31 at 8-15):
+// the addresses gradient_block_product's ldmatrix reads back. tile_addr: the score tile's
+// shared-memory address; query_col0 a multiple of 16.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void store_score_row_stmatrix(const float (&acc)[Cfg::kScoreNTiles][4],
+                                                         uint32_t tile_addr, int key_row0,
+                                                         int query_col0, int lane) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the 2-D backward): per pair jp of n8 tiles, stmatrix_x4 at
+  // HINT: pair_step(a_rows(tile_addr, key_row0), query_col0 / 16 + jp) the packed pairs of
+  // HINT: n8 tile 2jp (rows g, g + 8), then of 2jp + 1.
+  using Scores = SmemLayout<Cfg::kBlockQueries>;
+  const uint32_t addr = FragmentLanes<Scores>::a_rows(tile_addr, key_row0, lane);
+#pragma unroll
+  for (int jp = 0; jp < Cfg::kScoreNTiles / 2; ++jp)
+    stmatrix_x4(Scores::pair_step(addr, query_col0 / 16 + jp),
+                ElementOps<Element>::pack(acc[2 * jp][0], acc[2 * jp][1]),
+                ElementOps<Element>::pack(acc[2 * jp][2], acc[2 * jp][3]),
+                ElementOps<Element>::pack(acc[2 * jp + 1][0], acc[2 * jp + 1][1]),
+                ElementOps<Element>::pack(acc[2 * jp + 1][2], acc[2 * jp + 1][3]));
+  // END SOLUTION
+}
+
 // lse2 and D (the preprocess's per-query values) of this lane's columns of a warp's score
-// block, in registers: per n8 tile j, columns 8j + 2t and 8j + 2t + 1, one 8-byte
-// shared-memory load each, read once per query tile for all m16 rows of the block.
-// kInRegisters false: nothing (the caller reads them per row).
+// block, in registers: per n8 tile j, columns 8j + 2t and 8j + 2t + 1, read once per query
+// tile for all m16 rows of the block. Two sources: load_shared, one 8-byte shared-memory load
+// each from the stage load_query_rows wrote (after the score products); load_global (the
+// lse_regs option), straight from the preprocess's arrays in global memory (tiny, L2-resident),
+// issued before the score products so that their latency hides under the mma. Both give the
+// same values: +inf and 0 past seq_q. kInRegisters false: nothing (the caller reads them per row).
 template <typename Cfg, bool kInRegisters>
 struct ScoreColumns {
   float2 lse2[Cfg::kScoreNTiles];
   float2 delta[Cfg::kScoreNTiles];
   // col_lse2 / col_delta: the stage's values at the warp's first query column.
-  __device__ __forceinline__ ScoreColumns(const float* col_lse2, const float* col_delta,
-                                          int lane) {
+  __device__ __forceinline__ void load_shared(const float* col_lse2, const float* col_delta,
+                                              int lane) {
     // BEGIN SOLUTION kernel
     // HINT: Optional extension (the 2-D backward): per n8 tile j, the float2 at column 8j + 2t.
     const int t2 = 2 * (lane & 3);
@@ -332,12 +386,45 @@ struct ScoreColumns {
     }
     // END SOLUTION
   }
+  // lse2_head / delta_head: the query head's values (index = query); query0: the warp's first
+  // query (a multiple of 16). 8-byte loads where both arrays' pairs are 8-byte aligned and
+  // seq_q is even (a pair is then wholly inside or wholly past seq_q), else 4-byte loads.
+  __device__ __forceinline__ void load_global(const float* lse2_head, const float* delta_head,
+                                              int query0, int seq_q, int lane) {
+    // BEGIN SOLUTION kernel
+    // HINT: Optional extension (the 2-D backward): per n8 tile j, the values of queries
+    // HINT: query0 + 8j + 2t and + 1 (+inf and 0 past seq_q), read with __ldg.
+    const int t2 = 2 * (lane & 3);
+    const float* lse2_cols = lse2_head + query0 + t2;
+    const float* delta_cols = delta_head + query0 + t2;
+    const bool pairs = seq_q % 2 == 0 && ((reinterpret_cast<uintptr_t>(lse2_cols) |
+                                           reinterpret_cast<uintptr_t>(delta_cols)) % 8 == 0);
+    if (pairs) {
+#pragma unroll
+      for (int j = 0; j < Cfg::kScoreNTiles; ++j) {
+        const bool real = query0 + 8 * j + t2 < seq_q;
+        lse2[j] = real ? __ldg(reinterpret_cast<const float2*>(lse2_cols + 8 * j))
+                       : make_float2(INFINITY, INFINITY);
+        delta[j] = real ? __ldg(reinterpret_cast<const float2*>(delta_cols + 8 * j))
+                        : make_float2(0.f, 0.f);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < Cfg::kScoreNTiles; ++j) {
+        const bool real0 = query0 + 8 * j + t2 < seq_q;
+        const bool real1 = query0 + 8 * j + t2 + 1 < seq_q;
+        lse2[j].x = real0 ? __ldg(lse2_cols + 8 * j) : INFINITY;
+        lse2[j].y = real1 ? __ldg(lse2_cols + 8 * j + 1) : INFINITY;
+        delta[j].x = real0 ? __ldg(delta_cols + 8 * j) : 0.f;
+        delta[j].y = real1 ? __ldg(delta_cols + 8 * j + 1) : 0.f;
+      }
+    }
+    // END SOLUTION
+  }
 };
 
 template <typename Cfg>
-struct ScoreColumns<Cfg, false> {
-  __device__ __forceinline__ ScoreColumns(const float*, const float*, int) {}
-};
+struct ScoreColumns<Cfg, false> {};
 
 // probabilities (flash_backward_mma.cuh) of one m16 row of a warp's score block with lse2 of
 // the columns from registers: P = exp2(s * scale_log2 - lse2) in place, the same operations.
@@ -437,13 +524,14 @@ __device__ __forceinline__ void store_gradient_block(
 }
 
 // One query tile into `stage` of the 2-D kernel's shared memory (load_query_rows).
-template <typename Element, typename Cfg>
+// kStageColumnValues false (the lse_regs option): Q and dO only.
+template <typename Element, typename Cfg, bool kStageColumnValues>
 __device__ __forceinline__ void load_query_tile_2d(const BwdParams& p, uint32_t smem,
                                                    unsigned char* smem_ptr, int stage, int batch,
                                                    int kv_head, const QueryTileCursor& tile,
                                                    int tid) {
   using Layout = Bwd2dSmem<Cfg>;
-  load_query_rows<Element, Cfg, Cfg::kBlockQueries>(
+  load_query_rows<Element, Cfg, Cfg::kBlockQueries, kStageColumnValues>(
       p, smem + Layout::q(stage), smem + Layout::d_out(stage),
       reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockQueries,
       reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockQueries, batch,
@@ -478,9 +566,16 @@ struct WarpBlocks2d {
 // tile's copies in flight under the current one's math). Two barriers per query tile: one
 // before the tile's Q and dO are read (its copies landed; every warp is done with the previous
 // tile's stage and score tiles), one between writing P^T and dS^T and reading them.
-template <typename Element, typename Cfg, bool kGeneral>
+// Two experiments of the default instantiation (Bwd2dOptions, ATTN_BWD_2D_OPTS), each changing
+// only where values come from or how they are stored, not the arithmetic:
+//   kLseInRegisters  lse2 and D from global memory into registers (ScoreColumns::load_global)
+//                    instead of a shared-memory stage per query tile
+//   kStmatrix        P^T and dS^T stored by stmatrix (sm_90) instead of 4-byte stores
+template <typename Element, typename Cfg, bool kGeneral, bool kLseInRegisters = false,
+          bool kStmatrix = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     flash_backward_2d_kernel(const BwdParams p) {
+  static_assert(!kGeneral || !kLseInRegisters, "lse_regs: the default instantiation only");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   // BEGIN SOLUTION kernel
   // HINT: Optional extension (the 2-D backward): load K and V; walk the query tiles with
@@ -513,7 +608,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   cp_async_commit();
   QueryTileCursor tile{-1, 0, 0};
   bool have = tile.advance<Cfg, kGeneral>(p, batch, kv_head, kv_start);
-  if (have) load_query_tile_2d<Element, Cfg>(p, smem, smem_ptr, 0, batch, kv_head, tile, tid);
+  if (have)
+    load_query_tile_2d<Element, Cfg, !kLseInRegisters>(p, smem, smem_ptr, 0, batch, kv_head, tile,
+                                                       tid);
 
   float dk[Cfg::kGradMTiles][Cfg::kGradNTiles][4], dv[Cfg::kGradMTiles][Cfg::kGradNTiles][4];
 #pragma unroll
@@ -532,13 +629,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     cp_async_wait<0>();
     __syncthreads();
     if (have_next)
-      load_query_tile_2d<Element, Cfg>(p, smem, smem_ptr, stage ^ 1, batch, kv_head, next, tid);
+      load_query_tile_2d<Element, Cfg, !kLseInRegisters>(p, smem, smem_ptr, stage ^ 1, batch,
+                                                         kv_head, next, tid);
     const uint32_t q_tile = smem + Layout::q(stage);
     const uint32_t do_tile = smem + Layout::d_out(stage);
     // This warp's blocks, from a fresh thread index: values derived from it are recomputed
     // per tile rather than held in registers through the loop (thread_index_fresh says why).
     const WarpBlocks2d<Cfg> w(mma_attn::thread_index_fresh());
     const int lane = w.lane;
+
+    // lse2 and D of this warp's columns: the default instantiation holds them in registers for
+    // the whole tile (ScoreColumns). lse_regs: loaded from global memory now, under the products.
+    ScoreColumns<Cfg, !kGeneral> cols;
+    if constexpr (kLseInRegisters) {
+      const int64_t head_base =
+          (static_cast<int64_t>(batch) * p.heads + kv_head * p.kv_group + tile.group) * p.seq_q;
+      cols.load_global(p.lse2 + head_base, p.delta + head_base, tile.start + w.score_query0,
+                       p.seq_q, lane);
+    }
 
     // S^T = K Q^T and dP^T = V dO^T, this warp's block of each.
     float s[Cfg::kScoreMTiles][Cfg::kScoreNTiles][4];
@@ -563,7 +671,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // read per m16 row, the score-tile stores between the rows make the compiler read them
     // again. The general one keeps the per-row reads (ptxas spilled at sm_80 with the values
     // held beside its mask fields).
-    const ScoreColumns<Cfg, !kGeneral> cols(col_lse2, col_delta, lane);
+    if constexpr (!kGeneral && !kLseInRegisters) cols.load_shared(col_lse2, col_delta, lane);
 #pragma unroll
     for (int mi = 0; mi < Cfg::kScoreMTiles; ++mi) {
       float slope[kGeneral ? Cfg::kScoreNTiles : 1][4];
@@ -578,10 +686,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         column_probabilities<Cfg>(s[mi], cols, p.scale_log2);
         column_score_gradients<Cfg, kGeneral>(ds[mi], s[mi], slope, capped, cols);
       }
-      store_score_row<Element, Cfg>(s[mi], smem_ptr + Layout::p_t, w.score_key0 + 16 * mi,
-                                    w.score_query0, lane);
-      store_score_row<Element, Cfg>(ds[mi], smem_ptr + Layout::ds_t, w.score_key0 + 16 * mi,
-                                    w.score_query0, lane);
+      if constexpr (kStmatrix && kHaveStmatrix) {
+        store_score_row_stmatrix<Element, Cfg>(s[mi], smem + Layout::p_t, w.score_key0 + 16 * mi,
+                                               w.score_query0, lane);
+        store_score_row_stmatrix<Element, Cfg>(ds[mi], smem + Layout::ds_t,
+                                               w.score_key0 + 16 * mi, w.score_query0, lane);
+      } else {
+        store_score_row<Element, Cfg>(s[mi], smem_ptr + Layout::p_t, w.score_key0 + 16 * mi,
+                                      w.score_query0, lane);
+        store_score_row<Element, Cfg>(ds[mi], smem_ptr + Layout::ds_t, w.score_key0 + 16 * mi,
+                                      w.score_query0, lane);
+      }
     }
     __syncthreads();  // every warp's P^T and dS^T are in the score tiles
 
@@ -628,7 +743,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 // The 2-D kernel then the conversion of dQ on `stream` (the preprocess has run; p.dq_accum
 // zeroed). Returns an error sentence, or nullptr.
-template <typename Element, typename Cfg, bool kGeneral>
+template <typename Element, typename Cfg, bool kGeneral, bool kLseInRegisters = false,
+          bool kStmatrix = false>
 const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
   static_assert(Cfg::kBlockQueries <= kDqAccumExtraRows, "dq_accum rows past S_q");
   const int64_t kv_rows = static_cast<int64_t>(p.batch) * p.kv_heads;
@@ -638,7 +754,7 @@ const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
     return "the 2-D backward needs a zeroed float32 dq_accum [B, H_q, S_q + kDqAccumExtraRows, "
            "padded_head_dim(head_dim)]";
   constexpr int kSmem = Bwd2dSmem<Cfg>::bytes;
-  auto kernel = flash_backward_2d_kernel<Element, Cfg, kGeneral>;
+  auto kernel = flash_backward_2d_kernel<Element, Cfg, kGeneral, kLseInRegisters, kStmatrix>;
   if (const char* err = allow_smem(kernel, kSmem)) return err;
   const dim3 grid((p.seq_k + Cfg::kBlockKeys - 1) / Cfg::kBlockKeys, static_cast<unsigned>(kv_rows));
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(p);
@@ -647,12 +763,24 @@ const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
   return nullptr;
 }
 
+// The experiments of the default instantiation (flash_backward_2d_kernel's kLseInRegisters,
+// kStmatrix), chosen per call by ATTN_BWD_2D_OPTS (flash_backward_mma.cu); all off: the kernel
+// as it was. The general instantiation ignores them.
+struct Bwd2dOptions {
+  bool lse_in_registers = false;  // "lse_regs"
+  bool stmatrix = false;          // "stmatrix" (sm_90; elsewhere the same code as without)
+};
+
 // CfgGeneral: the tile of the general instantiation (p.mask.general(): window, key lengths,
 // mask tensor, stride, softcap, sinks), whose mask fields and softcap slope need registers.
 template <typename Element, typename Cfg, typename CfgGeneral>
-const char* run_backward_2d(const BwdParams& p, cudaStream_t stream) {
+const char* run_backward_2d(const BwdParams& p, const Bwd2dOptions& options, cudaStream_t stream) {
   if (p.mask.general()) return launch_backward_2d<Element, CfgGeneral, true>(p, stream);
-  return launch_backward_2d<Element, Cfg, false>(p, stream);
+  if (options.lse_in_registers)
+    return options.stmatrix ? launch_backward_2d<Element, Cfg, false, true, true>(p, stream)
+                            : launch_backward_2d<Element, Cfg, false, true, false>(p, stream);
+  return options.stmatrix ? launch_backward_2d<Element, Cfg, false, false, true>(p, stream)
+                          : launch_backward_2d<Element, Cfg, false>(p, stream);
 }
 
 // The tile shapes (the top of this file says why). At head dim 64 the general instantiation
@@ -671,9 +799,13 @@ inline int backward_2d_smem_bytes(int padded_dim, bool general) {
 }
 
 // One entry per (element type, head dim), defined in flash_backward_mma_2d_<dtype>.cu.
-const char* backward_2d_fp16_d64(const BwdParams& p, cudaStream_t stream);
-const char* backward_2d_fp16_d128(const BwdParams& p, cudaStream_t stream);
-const char* backward_2d_bf16_d64(const BwdParams& p, cudaStream_t stream);
-const char* backward_2d_bf16_d128(const BwdParams& p, cudaStream_t stream);
+const char* backward_2d_fp16_d64(const BwdParams& p, const Bwd2dOptions& options,
+                                 cudaStream_t stream);
+const char* backward_2d_fp16_d128(const BwdParams& p, const Bwd2dOptions& options,
+                                  cudaStream_t stream);
+const char* backward_2d_bf16_d64(const BwdParams& p, const Bwd2dOptions& options,
+                                 cudaStream_t stream);
+const char* backward_2d_bf16_d128(const BwdParams& p, const Bwd2dOptions& options,
+                                  cudaStream_t stream);
 
 }  // namespace mma_bwd
