@@ -1410,6 +1410,13 @@ __device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
   if (lane == 0) mbarrier_arrive(empty_bar);
 }
 
+// v7: a consumer thread is done with the work tile's Q and its index in the slot. Every thread
+// arrives (q_empty counts 32 per consumer warp), so each read of the slot is ordered before the
+// producer's next write by that thread's own release: compute-sanitizer's racecheck follows that,
+// and not __syncwarp + one lane's arrive (results/logs/h100_racecheck_v7_pattern_probe.log).
+// Once per work tile, so the extra arrivals cost nothing measurable.
+__device__ __forceinline__ void release_q(uint32_t q_empty) { mbarrier_arrive(q_empty); }
+
 // ---- v4, v5: one consumer warpgroup's key loop with the softmax overlapping the tensor cores ----
 // v3 waits for each wgmma it issues, so a warpgroup's tensor-core work and its softmax never
 // overlap. Here (FlashAttention-3's intra-warpgroup overlap) an iteration issues S[j] = Q K[j]^T
@@ -1422,7 +1429,7 @@ __device__ __forceinline__ void release_stage(uint32_t empty_bar, int lane) {
 // hand-over, so that every named barrier ends with as many arrivals as waits. v6 is v5 with
 // three consumers (head_dim 64). v7 calls it once per work tile: j0 is the key tiles the CTA
 // visited before (the ring's stages and parities go on from there), `visited` gets this
-// tile's count, and each warp arrives on q_empty (when not 0) once its last S = Q K^T is in.
+// tile's count, and each thread arrives on q_empty (when not 0) once its last S = Q K^T is in.
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWork& w,
                                                    const SmemTiles<Cfg>& smem, RowState<Cfg>& st,
@@ -1441,7 +1448,7 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   int n_block = visited_tile<Cfg>(w, w.n_block(0), kind);
   visited = 0;
   if (n_block < w.n_first) {  // no key tile: zeros (uniform over the CTA)
-    if (q_empty != 0) release_stage(q_empty, lane);
+    if (q_empty != 0) release_q(q_empty);
     return;
   }
   auto stage_of = [j0](int j) { return (j0 + j) % kStages; };
@@ -1512,7 +1519,7 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     pack_p<Element, Cfg>(a, s);
   }
   // Q is read no more (the last S is in): v7's producer may load the next tile's.
-  if (q_empty != 0) release_stage(q_empty, lane);
+  if (q_empty != 0) release_q(q_empty);
   visited = j;
   // The last tile's P V (tile j - 1: j tiles were visited).
   mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
@@ -1647,7 +1654,7 @@ __device__ __forceinline__ void attention_v7(const Params& p, unsigned char* sme
 
   if (tid == 0) {
     mbarrier_init(smem.q_full(), 1);
-    mbarrier_init(smem.q_empty(), kConsumerWarps);
+    mbarrier_init(smem.q_empty(), 32 * kConsumerWarps);  // release_q: every consumer thread
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(smem.k_full(s), 1);
       mbarrier_init(smem.v_full(s), 1);
