@@ -23,7 +23,7 @@ from __future__ import annotations
 MAX_HEAD_DIM = 256
 BACKWARD_MAX_HEAD_DIM = 128       # task4/flash_backward.cu's widest tile
 HEAD_DIM_MULTIPLE = 8
-DECODE_LINEAR_MAX_ROWS = 8          # task5/decode_linear.cu (and decode_swiglu)
+DECODE_LINEAR_MAX_ROWS = 8          # task5/decode_linear.cuh (and decode_swiglu)
 DECODE_LINEAR_K_SPLITS = (1, 2, 4)  # its warps per row along K (divisors of a block's 4 warps)
 NORM_MAX_THREADS = 1024             # task5/norm.cu: one block per row
 NORM_MAX_PIECES_PER_THREAD = 8

@@ -234,7 +234,7 @@ def _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths, l
                           key_lengths, left_padding, num_splits, out)
 
 
-# Grouped-query decode on tensor cores (task5/decode_gqa.cu; its header has the design): the
+# Grouped-query decode on tensor cores (task5/decode_gqa.cu; decode_gqa.cuh has the design): the
 # G = H_q / H_kv query heads of a KV head (times S_q <= 16 query rows) are the rows of one
 # mma tile, the keys are split across the GPU and merged by their log-sum-exp, and each warp
 # keeps several K/V tiles in flight, with every variant (softcap, sinks and scale included).

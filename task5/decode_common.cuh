@@ -29,6 +29,8 @@
 // Everything here is in namespace attn_decode: a named namespace, because decode.cu's merges
 // are called from the other files (combine_splits, merge_lse_splits), so their argument types
 // must be one type in every file. A .cu file opens it with `using namespace attn_decode;`.
+// What the kernels use is in decode_common_device.cuh (no torch header: the kernel headers and
+// the files that compile their instantiations include it alone); this header adds the host side.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -42,110 +44,23 @@
 #include <utility>
 
 #include "attention_checks.cuh"
+#include "attention_mask.cuh"
+#include "decode_common_device.cuh"
+#include "decode_paged.cuh"
 #include "device_values.cuh"
 
 namespace attn_decode {
 
-constexpr int MAX_HEAD_DIM = attn::kMaxHeadDim;  // registers and shared memory are sized for it (common/limits.py)
-constexpr int WARP_SIZE = 32;
-constexpr int WARPS_PER_BLOCK = 4;
-constexpr int THREADS_PER_BLOCK = WARPS_PER_BLOCK * WARP_SIZE;
-constexpr int MAX_SPLITS = 1024;        // more splits than this only add combine work
-constexpr unsigned FULL_MASK = 0xffffffffu;
-constexpr double LOG2_E = 1.4426950408889634;
+// The device side (the block shape, packs, Score<T>, DecodeTensors, SplitStates, MergeParams,
+// count_block_is_last): decode_common_device.cuh.
 
-// A position or length read at run time (RuntimeInt), and the fp32 conversions:
-// device_values.cuh, shared with the other task 5 kernels.
-using attn::from_float;
-using attn::RuntimeInt;
 using attn::runtime_int;
-using attn::to_float;
-
-// VEC consecutive elements of type T moved as one access, kept as the raw bits of an integer
-// vector (16 bytes: uint4) until they are converted to floats. Zeroing a whole raw vector (a
-// key past the end) is 2 instructions; zeroing 8 separate halves compiled to 16 byte permutes.
-template <int BYTES> struct RawBits;
-template <> struct RawBits<16> { using type = uint4; };
-template <> struct RawBits<8> { using type = uint2; };
-template <> struct RawBits<4> { using type = unsigned; };
-template <> struct RawBits<2> { using type = unsigned short; };
-template <typename T, int VEC>
-using Pack = typename RawBits<sizeof(T) * VEC>::type;
-
-template <typename T, int VEC>
-__device__ __forceinline__ Pack<T, VEC> load_pack(const T* ptr) {
-  return *reinterpret_cast<const Pack<T, VEC>*>(ptr);
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ Pack<T, VEC> zero_pack() {
-  return Pack<T, VEC>{};  // all bits 0: 0.0 in fp32, fp16 and bf16
-}
-
-// The VEC elements of a pack as floats; pairs of 16-bit values convert in one step.
-template <typename T, int VEC>
-__device__ __forceinline__ void unpack(const Pack<T, VEC>& p, float (&f)[VEC]) {
-  if constexpr (std::is_same_v<T, __half> && VEC % 2 == 0) {
-#pragma unroll
-    for (int i = 0; i < VEC / 2; ++i) {
-      const float2 t = __half22float2(reinterpret_cast<const __half2*>(&p)[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16> && VEC % 2 == 0) {
-#pragma unroll
-    for (int i = 0; i < VEC / 2; ++i) {
-      const float2 t = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&p)[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) f[e] = to_float(reinterpret_cast<const T*>(&p)[e]);
-  }
-}
-
-// The type of the scores, the softmax state (running max m and sum l) and the unnormalised
-// output: double for fp32, float for fp16/bf16. An fp32 score rounded to float is already as
-// wrong as PyTorch's own fp32 attention (half an ulp of q . k is up to 1e-5 in logit units at
-// large logits), so an fp32 decode in float could only match PyTorch's error, not beat it. In
-// double, q . k is exact far below that (a product of two floats is exact in a double), the
-// largest score minus the max is exactly 0 (its weight is exactly 1, as in PyTorch's
-// softmax), and the sums and merges add no rounding of their own: the output is rounded to
-// float once, at the end, so its error is that one rounding, which no float result beats.
-// Only the weights exp2(s - m) stay float (exp2f). Decode reads each K and V element from
-// memory once, so the double arithmetic costs no time; 16-bit inputs round far more than a
-// float sum does (task4/NOTES.md, "fp32 accuracy at large logits").
-template <typename T>
-using Score = std::conditional_t<std::is_same_v<T, float>, double, float>;
 
 // The torch dtype of Score<T> (the partial results of a split decode).
 template <typename T>
 constexpr torch::ScalarType score_dtype() {
   return std::is_same_v<Score<T>, double> ? torch::kFloat64 : torch::kFloat32;
 }
-
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) {
-  return x < lo ? lo : (x > hi ? hi : x);
-}
-
-// ---- the tensors of a decode -----------------------------------------------------------------
-
-// The pointers of a decode's tensors and their strides in elements (the last dimension is
-// contiguous): q and out [B, H_q, 1, D], k and v [B, H_kv, S_max, D] (H_kv = H_q in the
-// course's decode). The kernels' parameters (DecodeParams, GroupedDecodeParams) start with it.
-template <typename T>
-struct DecodeTensors {
-  const T* q;
-  const T* k;
-  const T* v;
-  T* out;
-  int64_t q_stride_b, q_stride_h;
-  int64_t k_stride_b, k_stride_h, k_stride_s;
-  int64_t v_stride_b, v_stride_h, v_stride_s;
-  int64_t out_stride_b, out_stride_h;
-};
 
 // DecodeTensors of q, k, v and out (checked tensors of element type T).
 template <typename T>
@@ -157,45 +72,13 @@ DecodeTensors<T> decode_tensors(const torch::Tensor& q, const torch::Tensor& k,
           v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1)};
 }
 
-// ---- the merge of split results --------------------------------------------------------------
-
-// A split decode's partial results: for each row (a (batch, query head), row = b * heads + h)
-// and each of its num_splits key ranges, the unnormalised output o = sum exp2(s - m) v, the
-// range's max score m (base 2; -inf for a range without keys) and l = sum exp2(s - m), all
-// Score<T>; and the output rows they merge into. The names are DecodeParams' (decode.cu).
-template <typename T>
-struct SplitStates {
-  const Score<T>* partial_o;   // [rows, num_splits, head_dim]
-  const Score<T>* partial_m;   // [rows, num_splits]
-  const Score<T>* partial_l;   // [rows, num_splits]
-  T* out;                      // row b * heads + h at out + b * out_stride_b + h * out_stride_h
-  int64_t out_stride_b, out_stride_h;
-  int heads, num_splits, head_dim;
-};
+// ---- the merges of split results (defined in decode.cu) -------------------------------------
 
 // Merge each row's splits into its output (combine_splits_kernel, one block per row). Defined
 // in decode.cu, where the course's decode kernel merges its own splits the same way
 // (merge_split_states), for T = float, __half and __nv_bfloat16; raises if the launch fails.
 template <typename T>
 void combine_splits(const SplitStates<T>& states, int64_t rows, cudaStream_t stream);
-
-// The other form of partial results: each key range's NORMALISED output and its base-2
-// log-sum-exp, what the grouped decodes on tensor cores write (decode_gqa.cu, and task 4's
-// kernel with a KV head's query heads as rows). partial [B, H_kv, num_splits, rows, head_dim]
-// and lse [B, H_kv, num_splits, rows], contiguous, rows = group * seq_q (row r = i * group +
-// g: query i of query head g of the KV head; seq_q = 1 for one new token); out row (b, h, i)
-// at out + b * out_stride_b + h * out_stride_h + i * out_stride_s. A range whose lse is -inf
-// (no visible key) adds nothing; a row without any gets zeros.
-template <typename T, typename Partial = T>
-struct MergeParams {
-  const Partial* partial;  // q's dtype, or float32 (no rounding before the merge)
-  const float* lse;
-  T* out;
-  int64_t out_stride_b, out_stride_h;
-  int heads_q, group, num_splits, head_dim;
-  int seq_q = 1;
-  int64_t out_stride_s = 0;
-};
 
 // Merge float32 partials by their lse into out (merge_splits_kernel in decode.cu, one block per
 // row: B * H_kv * rows blocks), for T = float, __half and __nv_bfloat16; raises if the launch
@@ -209,24 +92,21 @@ void merge_lse_splits(const MergeParams<T, float>& params, int64_t rows, cudaStr
 // ATTN_DECODE_COMBINE_KERNEL=1: then a merge kernel runs instead.
 int* split_counters(cudaStream_t stream, int64_t count);
 
-// The merges in a split's last block (decode.cu's merge_in_last_block, decode_gqa.cu's). Called
-// by thread 0 after a __syncthreads() that follows the block's writes: publishes them,
-// counts the block on *counter, and answers whether it was the last of `blocks` (after which
-// the other blocks' writes are visible to it). One thread fences, acquire-release, instead of a
-// __threadfence() (sequentially consistent) in every thread: task 6's bf16 decode step was
-// slightly faster so (task6/NOTES.md). fence.acq_rel needs Volta (sm_70) or later.
-__device__ __forceinline__ bool count_block_is_last(int* counter, int blocks) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
-  const bool last = atomicAdd(counter, 1) == blocks - 1;
-  if (last) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the count, then their writes
-#else
-  __threadfence();
-  const bool last = atomicAdd(counter, 1) == blocks - 1;
-  if (last) __threadfence();
-#endif
-  return last;
-}
+// ---- the paged KV cache (decode_paged.cuh): decode_paged.cu fills it, decode_gqa.cu launches --
+
+// Checks k_pages, v_pages [num_pages, page_size, H_kv, D] (contiguous, `like`'s dtype and
+// device, head_dim D), the page size, block_table [B, max_pages] int32 on the device; returns
+// the kernels' view. Raises a sentence for each mistake.
+PagedKv paged_kv(const torch::Tensor& k_pages, const torch::Tensor& v_pages,
+                 const torch::Tensor& block_table, const torch::Tensor& like, int64_t batch,
+                 int64_t head_dim);
+
+// decode_gqa.cu's kernel through the block table (PagedKv): q [B, H_q, S_q, D] against the
+// pages, with `mask` (seq_k = max_pages * page_size, key lengths = seq_lens) and the score
+// transforms already set. Defined in decode_gqa.cu, beside the contiguous launch.
+torch::Tensor launch_decode_gqa_paged(const torch::Tensor& q, const PagedKv& pages, int64_t heads_kv,
+                                      const attn::MaskParams& mask, double scale, int64_t num_splits,
+                                      std::optional<torch::Tensor> out);
 
 // ---- host side: layout checks ----------------------------------------------------------------
 

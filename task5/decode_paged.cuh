@@ -24,10 +24,8 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include "tensor_api.h"
 
 #include <cstdint>
-#include <optional>
 
 #include "attention_mask.cuh"
 
@@ -106,20 +104,8 @@ struct PagedKv {
   }
 };
 
-// ---- host side (decode_paged.cu fills it; decode_gqa.cu launches the shared kernel) ----------
-
-// Checks k_pages, v_pages [num_pages, page_size, H_kv, D] (contiguous, `like`'s dtype and
-// device, head_dim D), the page size, block_table [B, max_pages] int32 on the device; returns
-// the kernels' view. Raises a sentence for each mistake.
-PagedKv paged_kv(const torch::Tensor& k_pages, const torch::Tensor& v_pages,
-                 const torch::Tensor& block_table, const torch::Tensor& like, int64_t batch,
-                 int64_t head_dim);
-
-// decode_gqa.cu's kernel through the block table (PagedKv): q [B, H_q, S_q, D] against the
-// pages, with `mask` (seq_k = max_pages * page_size, key lengths = seq_lens) and the score
-// transforms already set. Defined in decode_gqa.cu, beside the contiguous launch.
-torch::Tensor launch_decode_gqa_paged(const torch::Tensor& q, const PagedKv& pages, int64_t heads_kv,
-                                      const attn::MaskParams& mask, double scale, int64_t num_splits,
-                                      std::optional<torch::Tensor> out);
+// The host side (paged_kv, which decode_paged.cu defines, and launch_decode_gqa_paged, which
+// decode_gqa.cu does) is declared in decode_common.cuh: this header includes no torch header, so
+// that decode_gqa.cuh's kernel, which takes PagedKv, does not either.
 
 }  // namespace attn_decode

@@ -42,6 +42,7 @@
 #include <utility>
 
 #include "attention_checks.cuh"
+#include "decode_common.cuh"  // paged_kv (decode_paged.cu)
 #include "decode_paged.cuh"
 #include "device_values.cuh"
 

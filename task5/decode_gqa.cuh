@@ -1,0 +1,772 @@
+// Task 5, beyond the course: grouped-query decode on tensor cores, built for the memory system.
+//
+// The idea. Grouped-query attention (Llama-3, Mistral, Qwen2, Gemma, GPT-OSS) gives the
+// G = H_q / H_kv query heads of a group one KV head, so a decode step reads each KV head's
+// cache once for G query rows. Those rows are the rows of one mma.sync.m16n8k16 tile
+// (FlashAttention's "pack GQA"): row r = i * G + g is query i (of S_q <= 16, speculative
+// decoding's few rows; 1 for one new token) of query head g, padded to 16 rows, and each key
+// tile costs a handful of tensor-core instructions, whatever G is. A decode does ~2 FLOPs per
+// byte it reads, so what decides its speed is only whether the cache streams at memory speed:
+//   * split-KV: the keys of a (sequence, KV head) are cut into num_splits ranges, one block
+//     each, so that batch 1 fills the GPU (8 KV heads alone would occupy 8 of 132 SMs); each
+//     block writes its range's normalised output in float32 and its base-2 log-sum-exp, and
+//     the last block of a row tile to finish merges them (merge_in_last_block, one launch in
+//     all; without counters, decode.cu's merge_lse_splits, the merge every such decode uses);
+//   * a multi-stage pipeline: within a block, each of the kWarps warps streams its own slice of
+//     the block's keys (every kWarps-th key tile) through a private ring of kStages shared-memory
+//     stages filled by cp.async, so kStages - 1 K/V tiles per warp (16 per block at head dim
+//     128) are in flight while it computes on one; at the end the warps' partial softmax states
+//     are merged in shared memory.
+// Every attention variant is the predicate of common/csrc/attention_mask.cuh (KeyMask): the
+// key range [key_lo, key_hi) a tile's rows may see is computed on the device (key lengths,
+// varlen or left-padded, are read there, so a captured CUDA graph stays valid as they grow)
+// and clipped to the window BEFORE it is split, so a sliding window reads only its keys; key
+// tiles inside the range every row sees unmasked skip the elementwise predicate. The softcap
+// is applied to every tile's raw scores before the mask (softcap_score), the custom scale is
+// folded into the exponent (scale_log2), a mask tensor (bool or additive) is read where it
+// is, and a sink (sink_term) joins each row's denominator in split 0 only, so the merge
+// counts it exactly once. A row with no visible key (an empty sequence) outputs zeros.
+//
+// Tile shape and why. A block is kWarps warps (8 at head dim 128 where a block may have ~196 KB
+// of shared memory, as on an H100; else 4) for the 16 query rows of one row tile of one
+// (sequence, KV head, split); G * S_q > 16 rows take several row tiles (grid neighbours, so
+// they share the K/V reads in L2). Each warp holds Q's A fragments in
+// registers (head dim <= 128; 256 re-reads them from shared memory with ldmatrix, its O
+// accumulator alone fills 128 registers) and an m16 x D fp32 O accumulator, and computes
+// S = Q K^T (ldmatrix), the online softmax over the quad of lanes that share a row, and
+// O += P V (ldmatrix.trans) as task 4's kernel does (its PTX wrappers and swizzled
+// shared-memory layout are reused from task4/flash_attention_mma.cuh), with one difference:
+// P is split into a 16-bit part and the 16-bit rounding of its remainder, two mma each, so
+// that P carries ~16 bits instead of bf16's 8. The rounding of P alone had put the rows of
+// task 4's kernel above FlashAttention-2's bound (2 x PyTorch's error) in a bf16 MQA case;
+// the extra tensor-core work is cheap: a few dozen mma of the hundreds of instructions a key
+// tile costs (below). A warp's key tile is kTileKeys = 16 keys (32 at head dim 64): 8 KB of
+// K and V at head dim 128, so one stage is one 8 KB burst per warp. At head dim 128 a block
+// is 8 warps with 3-stage rings (16 KB in flight per warp, 192 KB of rings per block), the
+// other head dims 4 warps with 4 stages (3 at 256): one block per SM keeps several times the
+// bandwidth-latency product in flight (nominally ~3 TB/s over 132 SMs times ~1 us of loaded
+// latency: ~25 KB).
+// Why per-warp rings rather than one ring per block or a producer warp: private rings need
+// only __syncwarp, never a block barrier in the key loop, so no warp waits for another's
+// memory latency. (The copies' instructions do take the consumers' issue slots, which is what
+// limits batch 1: below.)
+// Head dim 256 uses 3 stages (16 KB per warp stage; 200 KB in all).
+// Why 8 warps at head dim 128, as measured on the H100. With 4 warps, ncu found one warp per
+// scheduler (one block per SM) issuing an instruction every ~3 cycles, not waiting on memory:
+// each warp's key tile is a chain of dependent steps (ldmatrix, mma, the row max and sum over
+// shuffles, exp2, mma), and one warp per scheduler leaves that chain's latency exposed
+// (results/logs/h100_gqa_b1_hkv4_ncu_sections.txt, _ncu_instructions.txt). Fewer instructions
+// per tile did not help: O rescaled only when a row's maximum grows and fp16's P without its
+// low-bits product changed nothing, and whole-tile copies with stepped addresses were slower
+// (results/logs/h100_gqa_lean_ab.json; branch gqa-fewer-instructions). Two warps per scheduler
+// did: 8 warps on 3-stage rings, one block per SM and the same split count, were faster than
+// 4 warps on 4 stages on every measured shape (results/logs/h100_gqa_warps_ab.json), while
+// two 4-warp blocks per SM, which double the splits and their merge, were slower at batch 1
+// (results/logs/h100_gqa_d128_stages_ab.json).
+// Overlapped launches (device_values.cuh, programmatic dependent launch on Hopper): a decode is
+// launched so that its blocks start while the kernel before it finishes; before waiting for
+// it, each block asks L2 for its warps' first tiles (prefetch_first_tiles), so the first trip
+// to HBM overlaps the previous kernel's tail instead of following it. On the H100 this took
+// about a microsecond off every measured decode, most where the decode is short
+// (results/logs/h100_gqa_pdl_ab.json, one process, interleaved, against plain launches; it also
+// holds a context sweep at batch 1: time = a fixed cost per decode + bytes / bandwidth).
+// Prefetching 4 tiles per warp instead of kStages - 1 was slower at batch 64 and at batch 1 with
+// 8 KV heads, and two 4-warp blocks per SM for unsplit work changed nothing measurable
+// (results/logs/h100_gqa_prefetch_pair_ab.json).
+// What is left at batch 1 is that fixed cost, not the streaming: fitted over contexts, a decode
+// takes a fixed time plus its bytes at about the copy bandwidth (h100_gqa_pdl_ab.json), and the
+// fixed time is a kernel launch, one trip to HBM and the split merge; a decode of 16 keys
+// measures it (floor_us in results/logs/h100_gqa_varlen_splits.json, beside cuDNN's). So a
+// cache that streams in a few times that fixed time (batch 1, 4 KV heads) stays well below the
+// copy bandwidth, cuDNN's decode too.
+//
+// The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
+// heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
+// (sequence, KV head, row tile) blocks nearly fill the GPU's resident blocks, else the fewest
+// splits whose wave of blocks is within 95% of the best wave efficiency, never so many that a
+// split has less than two tiles per warp; twice that where key lengths of several sequences
+// may differ (so SMs whose short sequences finish early find a second wave of blocks). It
+// depends on the cache's capacity (and the window), never on lengths read on the device.
+//
+// Where it runs (task5/attention.py, _decode_grouped_routed and attention): fp16/bf16 decode
+// with G >= 2 and S_q <= 16, every variant. MHA (G = 1; the kernel takes it, and the tests
+// run it) stays where it was, on the course kernel or the CUDA-core grouped kernel, until a
+// measurement shows this one is not slower there (GQA_MIN_GROUP = 1 routes it here); fp32
+// stays on the CUDA-core grouped kernel (decode_grouped.cu). The paged KV cache
+// (decode_paged.cu) runs this kernel for every group, G = 1 included: where a K/V row lives is
+// the kernel's KvLayout template parameter, a small address policy (ContiguousKv here,
+// PagedKv in decode_paged.cuh) that load_kv_stage asks for each row it copies.
+//
+// Files. This header is the kernel and its idea, top to bottom (the configuration per head dim,
+// the K/V address policies' use, the device code), and at the end which instantiation the host
+// gets (gqa_kernel). decode_gqa.cu is the host side (configuration, checks, the launch, the
+// entries, with torch); decode_gqa_fp16.cu and decode_gqa_bf16.cu compile the 10 instantiations
+// of each element type (5 configurations x the contiguous and the paged cache), so that the
+// build compiles them side by side; this header includes no torch header, which keeps them
+// light (results/logs/cpu_nvcc_decode_split.txt).
+//
+// Measured speed (us, the fraction of copy bandwidth, against SDPA with enable_gqa, as
+// CUDA-graph replays with the caches rotated beyond L2, and each variant's bandwidth against
+// the plain decode's): python -m task5.test --gqa-bench; Results.md ("Grouped-query decode"),
+// rendered from results/<gpu>.json.
+
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+// mma.sync and its element types (ElementOps), ldmatrix, cp.async, exp2_approx and the swizzled
+// shared-memory layout (SmemLayout): task 4's tensor-core kernel, shared rather than copied.
+#include "../task4/flash_attention_mma.cuh"
+#include "attention_mask.cuh"
+#include "decode_common_device.cuh"
+#include "decode_paged.cuh"
+
+namespace attn_gqa {
+
+// MAX_SPLITS, packs, count_block_is_last (decode_common_device.cuh); PagedKv (decode_paged.cuh).
+using namespace attn_decode;
+
+
+using mma_attn::cp_async_16;
+using mma_attn::cp_async_commit;
+using mma_attn::cp_async_wait;
+using mma_attn::exp2_approx;
+using mma_attn::ldmatrix_x4;
+using mma_attn::ldmatrix_x4_trans;
+using mma_attn::smem_u32;
+
+constexpr int kGqaMaxHeadDim = 256;  // the widest instantiation below
+constexpr int kRowsPerTile = 16;     // the m16 of mma.sync.m16n8k16
+constexpr int kMaxQueryRows = 16;    // S_q per sequence (speculative decoding's few rows)
+
+// One configuration per head dim: keys per warp tile, stages of each warp's ring.
+template <int kHeadDim_, int kTileKeys_, int kStages_, int kWarps_ = 4>
+struct GqaConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kTileKeys = kTileKeys_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr bool kQInRegs = kHeadDim <= 128;
+  using Smem = mma_attn::SmemLayout<kHeadDim>;
+  static constexpr int kTileBytes = kTileKeys * Smem::kRowBytes;  // one K (or V) tile
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kWarpRingBytes = kStages * kStageBytes;
+  static constexpr int kQBytes = kRowsPerTile * Smem::kRowBytes;
+  // A warp's O, staged for the merge of the warps in its own ring (floats per row; the 8
+  // floats of padding put the 8 rows a warp's quads write at once in different banks).
+  static constexpr int kScratchStride = kHeadDim + 8;
+  static constexpr int kSmemBytes = Smem::kTileAlign + kQBytes + kWarps * kWarpRingBytes;
+  static_assert(kTileKeys % 16 == 0, "whole k16 steps of P V");
+  static_assert((kTileKeys * Smem::kChunks) % 32 == 0, "whole copies per lane");
+  static_assert(kRowsPerTile * kScratchStride * 4 <= kWarpRingBytes, "O fits in the ring");
+  static_assert(!Smem::kSwizzle || (kQBytes % Smem::kTileAlign == 0 &&
+                                    kTileBytes % Smem::kTileAlign == 0),
+                "swizzled tiles start kTileAlign-aligned (pair_step)");
+};
+using GqaD64 = GqaConfig<64, 32, 4>;
+using GqaD96 = GqaConfig<96, 16, 4>;
+using GqaD128 = GqaConfig<128, 16, 3, 8>;  // two warps per scheduler: see the header
+// Where a block cannot have GqaD128's ~196 KB of shared memory (an A100 offers 163 KB): one
+// warp per scheduler on 4-stage rings, the configuration before it.
+using GqaD128Compact = GqaConfig<128, 16, 4, 4>;
+using GqaD256 = GqaConfig<256, 16, 3>;
+
+// Strides in elements (last dimension contiguous): q and out [B, H_q, S_q, D]. Where the keys
+// are is the kernel's second parameter, its K/V address policy (ContiguousKv below, or the
+// paged cache's PagedKv, decode_paged.cuh).
+struct GqaParams {
+  const void* q;
+  void* out;
+  int64_t q_stride_b, q_stride_h, q_stride_s;
+  int64_t o_stride_b, o_stride_h, o_stride_s;
+  int heads_kv, group, seq_q, head_dim;
+  int rows;        // group * seq_q: the query rows of one KV head
+  int row_tiles;   // ceil(rows / 16)
+  int num_splits;
+  float scale_log2;  // log2(e) * scale: exp(s * scale) = exp2(s * scale_log2)
+  attn::MaskParams mask;
+  float* partial;  // num_splits > 1: [B, H_kv, num_splits, rows, D], normalised outputs
+  float* lse;      // num_splits > 1: [B, H_kv, num_splits, rows], base 2
+  // num_splits > 1, when not null: one zeroed counter per (b, kv, row tile); the last split of
+  // a row tile to finish merges them all (merge_in_last_block), so no merge kernel runs.
+  int* counters;
+  int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
+  int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
+};
+
+// The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
+// elements, last dimension contiguous): key `key` of (b, kv) is base + key * stride. The
+// kernel asks a policy's Rows for the K and V rows of each key it copies (load_kv_stage), and
+// nothing else about the layout; the paged cache's policy (decode_paged.cuh) looks the row up
+// in a block table instead.
+struct ContiguousKv {
+  const void* k;
+  const void* v;
+  int64_t k_stride_b, k_stride_h, k_stride_s;
+  int64_t v_stride_b, v_stride_h, v_stride_s;
+
+  template <typename Element>
+  struct Rows {
+    const Element* k;  // key 0 of (b, kv)
+    const Element* v;
+    int64_t k_stride, v_stride;
+    __device__ __forceinline__ Rows(const ContiguousKv& c, int64_t b, int kv)
+        : k(static_cast<const Element*>(c.k) + b * c.k_stride_b + kv * c.k_stride_h),
+          v(static_cast<const Element*>(c.v) + b * c.v_stride_b + kv * c.v_stride_h),
+          k_stride(c.k_stride_s), v_stride(c.v_stride_s) {}
+    __device__ __forceinline__ KvRow<Element> at(int key) const {
+      return {k + static_cast<int64_t>(key) * k_stride, v + static_cast<int64_t>(key) * v_stride,
+              true};
+    }
+  };
+};
+
+// (x, y) minus their 16-bit rounding `packed` (Ops::pack), rounded to 16 bits: P = the two
+// packs to ~16 bits (the subtraction is exact in fp32).
+template <typename Element>
+__device__ __forceinline__ uint32_t pack_remainder(float x, float y, uint32_t packed) {
+  float2 rounded;
+  if constexpr (std::is_same_v<Element, __nv_bfloat16>) {
+    rounded = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed));
+  } else {
+    rounded = __half22float2(*reinterpret_cast<const __half2*>(&packed));
+  }
+  return mma_attn::ElementOps<Element>::pack(x - rounded.x, y - rounded.y);
+}
+
+// val += w * (lo, hi): 8 consecutive elements of a row, weighted (the merges of warps and splits).
+__device__ __forceinline__ void add_weighted(float (&val)[8], float w, float4 lo, float4 hi) {
+  const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) val[e] = fmaf(w, x[e], val[e]);
+}
+
+// Row r's elements d0 .. d0 + 7 of sequence b's output (KV head kv), in q's dtype.
+template <typename Element>
+__device__ __forceinline__ void store_output(const GqaParams& p, int64_t b, int kv, int r, int d0,
+                                             const float (&val)[8]) {
+  using Ops = mma_attn::ElementOps<Element>;
+  const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+  Element* dst = static_cast<Element*>(p.out) + b * p.o_stride_b + head * p.o_stride_h +
+                 static_cast<int64_t>(r / p.group) * p.o_stride_s + d0;
+  if (p.out_vec16) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(Ops::pack(val[0], val[1]), Ops::pack(val[2], val[3]),
+                                                Ops::pack(val[4], val[5]), Ops::pack(val[6], val[7]));
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst[e] = from_float<Element>(val[e]);
+  }
+}
+
+// Beyond the kernel's own work (given): the last block of a row tile's splits to finish
+// merges them, as decode.cu's merge_in_last_block does for the course kernel, so a split
+// decode is one launch (at batch 1 the merge kernel's launch is a sizeable part of a short
+// decode). The block counts itself after its partials and lse are written; the last one
+// (which one does not change the result: it merges in split order) weighs each split by
+// 2^(lse_s - M) / sum, exactly as merge_splits_kernel, and resets the counter. The weights,
+// [rows of the tile][num_splits] floats (num_splits <= MAX_SPLITS: 64 KB), reuse the start of
+// the kernel's dynamic shared memory.
+template <typename Cfg, typename Element>
+__device__ __forceinline__ void merge_in_last_block(const GqaParams& p) {
+  static_assert(kRowsPerTile * MAX_SPLITS * 4 <= Cfg::kSmemBytes, "the weights fit");
+  extern __shared__ __align__(128) unsigned char smem_weights[];
+  float* const smem = reinterpret_cast<float*>(smem_weights);
+  __shared__ bool is_last;
+  __shared__ float row_scale[kRowsPerTile];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  int64_t block = blockIdx.x;
+  const int row_tile = static_cast<int>(block % p.row_tiles);
+  const int64_t b_kv = block / p.row_tiles / p.num_splits;
+  const int64_t tile = b_kv * p.row_tiles + row_tile;
+  __syncthreads();  // the block's partials and lse are written, and nobody reads smem any more
+  if (tid == 0) is_last = count_block_is_last(p.counters + tile, p.num_splits);
+  __syncthreads();
+  if (!is_last) return;
+  const int row0 = row_tile * kRowsPerTile;
+  const int rows_here = min(kRowsPerTile, p.rows - row0);
+  const int64_t first = b_kv * p.num_splits * p.rows + row0;  // split 0's row row0
+  for (int rr = warp; rr < rows_here; rr += Cfg::kWarps) {
+    float m = -INFINITY;
+    for (int s = lane; s < p.num_splits; s += 32)
+      m = fmaxf(m, __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr));
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
+    float total = 0.f;
+    for (int s = lane; s < p.num_splits; s += 32) {
+      const float lse = __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr);
+      const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
+      smem[rr * p.num_splits + s] = w;
+      total += w;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
+    if (lane == 0) row_scale[rr] = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
+  }
+  __syncthreads();
+  constexpr int kChunks8 = Cfg::kHeadDim / 8;
+  for (int idx = tid; idx < rows_here * kChunks8; idx += Cfg::kThreads) {
+    const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
+    if (d0 >= p.head_dim) continue;
+    float val[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const float* src = p.partial + (first + rr) * p.head_dim + d0;
+    for (int s = 0; s < p.num_splits; ++s) {
+      const float w = smem[rr * p.num_splits + s];
+      add_weighted(val, w, __ldcg(reinterpret_cast<const float4*>(src)),
+                   __ldcg(reinterpret_cast<const float4*>(src + 4)));
+      src += static_cast<int64_t>(p.rows) * p.head_dim;  // the next split's row
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) val[e] *= row_scale[rr];
+    store_output<Element>(p, b_kv / p.heads_kv, static_cast<int>(b_kv % p.heads_kv), row0 + rr, d0, val);
+  }
+  if (tid == 0) p.counters[tile] = 0;  // zeroed for the next decode (and graph replay)
+}
+
+// The Q rows of this row tile into shared memory (16 rows, zero-filled past the real rows
+// and past head_dim), one 16-byte cp.async per chunk, all threads.
+template <typename Cfg, typename Element>
+__device__ __forceinline__ void load_q_tile(uint32_t smem_q, const GqaParams& p, int64_t b,
+                                            int kv, int row0, int rows_here, int tid) {
+  using Smem = typename Cfg::Smem;
+  constexpr int kTotal = kRowsPerTile * Smem::kChunks;
+  for (int idx = tid; idx < kTotal; idx += Cfg::kThreads) {
+    const int rr = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+    const int r = row0 + rr;
+    const bool pred = rr < rows_here && chunk * 8 < p.head_dim;
+    const void* src = p.q;
+    if (pred) {
+      const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+      src = static_cast<const Element*>(p.q) + b * p.q_stride_b + head * p.q_stride_h +
+            static_cast<int64_t>(r / p.group) * p.q_stride_s + chunk * 8;
+    }
+    cp_async_16(smem_q + Smem::offset(rr, chunk), src, pred);
+  }
+}
+
+// One warp copies keys [key0, key0 + kTileKeys) of one (sequence, KV head) into a stage: K
+// into k_tile, V into v_tile, each row's address from the layout's Rows (contiguous or
+// paged, looked up once for K and V). Keys >= key_end, keys whose page does not exist and
+// columns >= head_dim are zero-filled and read nothing (a zero key gives a finite score,
+// masked afterwards; stale shared memory could hold NaN, and 0 * NaN = NaN).
+template <typename Cfg, typename Element, typename Rows>
+__device__ __forceinline__ void load_kv_stage(uint32_t k_tile, uint32_t v_tile, const Rows& rows,
+                                              const void* any_valid, int key0, int key_end,
+                                              int head_dim, int lane) {
+  using Smem = typename Cfg::Smem;
+  constexpr int kIters = Cfg::kTileKeys * Smem::kChunks / 32;
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = lane + 32 * i;
+    const int row = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+    const bool in_range = key0 + row < key_end && chunk * 8 < head_dim;
+    KvRow<Element> kv_row{nullptr, nullptr, false};
+    if (in_range) kv_row = rows.at(key0 + row);
+    const bool pred = in_range && kv_row.valid;
+    const uint32_t offset = Smem::offset(row, chunk);
+    cp_async_16(k_tile + offset, pred ? static_cast<const void*>(kv_row.k + chunk * 8) : any_valid, pred);
+    cp_async_16(v_tile + offset, pred ? static_cast<const void*>(kv_row.v + chunk * 8) : any_valid, pred);
+  }
+}
+
+// Given: which block blockIdx.x is (row tiles fastest, then splits, then sequence x KV head)
+// and its query rows; and a split's share [x, y) of a block's n_tiles key tiles.
+struct GqaBlock {
+  int row_tile, split, kv;
+  int64_t b_kv, b;
+  int row0, rows_here;  // the tile's first query row (of the KV head's rows) and how many
+  __device__ __forceinline__ explicit GqaBlock(const GqaParams& p) {
+    int64_t block = blockIdx.x;
+    row_tile = static_cast<int>(block % p.row_tiles);
+    block /= p.row_tiles;
+    split = static_cast<int>(block % p.num_splits);
+    b_kv = block / p.num_splits;
+    b = b_kv / p.heads_kv;
+    kv = static_cast<int>(b_kv % p.heads_kv);
+    row0 = row_tile * kRowsPerTile;
+    rows_here = min(kRowsPerTile, p.rows - row0);
+  }
+};
+
+__device__ __forceinline__ int2 split_tiles(int n_tiles, int split, int num_splits) {
+  const int per_split = (n_tiles + num_splits - 1) / num_splits;
+  const int begin = min(split * per_split, n_tiles);
+  return make_int2(begin, min(begin + per_split, n_tiles));
+}
+
+// Given: what a block does while the kernel before it in the stream finishes (an overlapped
+// launch, device_values.cuh): it asks L2 for the first p.prefetch tiles of each of its warps,
+// which HBM can fetch meanwhile, and the kernel's loads then find them in L2. A prefetch is a
+// hint and cannot make a load see an old value, so the key lengths it needs are read from L2
+// (__ldcg, never kept in L1: the kernel's own read after the wait cannot meet a stale line).
+// A contiguous cache only: the paged cache's block table would be read before the wait.
+template <typename Cfg, typename Element, typename KvLayout>
+__device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const KvLayout& kv_layout) {
+  if constexpr (std::is_same_v<KvLayout, ContiguousKv>) {
+    if (p.prefetch <= 0) return;
+    constexpr int kT = Cfg::kTileKeys;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const GqaBlock at(p);
+    const int64_t b = at.b;
+    const int kv = at.kv;
+    attn::MaskParams mask = p.mask;
+    mask.key_lengths = nullptr;
+    attn::KeyMask<true> range(mask, b, static_cast<int64_t>(kv) * p.group);
+    if (p.mask.key_lengths != nullptr)  // as KeyMask reads it, but from L2
+      range.set_key_length(__ldcg(p.mask.key_lengths + b * p.mask.key_lengths_stride),
+                           p.mask.left_padding);
+    const int key_lo = max(range.keys_begin(at.row0 / p.group), 0);
+    const int key_hi = range.keys_end((at.row0 + at.rows_here - 1) / p.group);
+    const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
+    const int2 tiles = split_tiles(n_tiles, at.split, p.num_splits);
+    const int tile_begin = tiles.x, tile_end = tiles.y;
+    const typename ContiguousKv::template Rows<Element> rows(kv_layout, b, kv);
+    const unsigned row_bytes = static_cast<unsigned>(p.head_dim * sizeof(Element));
+    for (int s = 0; s < p.prefetch; ++s) {
+      const int tile = tile_begin + warp + s * Cfg::kWarps;
+      for (int r = lane; r < 2 * kT && tile < tile_end; r += 32) {
+        const int key = key_lo + tile * kT + r % kT;
+        if (key >= key_hi) continue;
+        const KvRow<Element> row = rows.at(key);
+        attn::prefetch_to_l2(r < kT ? row.k : row.v, row_bytes);
+      }
+    }
+  }
+}
+
+// grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
+// row tile), the row tile fastest. See the top of the file.
+// KvLayout: where the keys are (ContiguousKv, or PagedKv of decode_paged.cuh).
+template <typename Element, typename Cfg, typename KvLayout>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaParams p,
+                                                                     const KvLayout kv_layout) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  prefetch_first_tiles<Cfg, Element>(p, kv_layout);  // given: while the kernel before finishes
+  attn::wait_for_previous_kernel();  // given: q, the cache and the key lengths come from it
+  attn::let_next_kernel_start();
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (beyond the graded course): task 4's tensor-core tile with the
+  // HINT: query heads of a KV head as its 16 rows; the block's key range (KeyMask, the window
+  // HINT: clipped before splitting) cut into splits, each warp streaming every kWarps-th key tile
+  // HINT: (rows addressed by KvLayout's Rows: load_kv_stage) through its own cp.async ring of
+  // HINT: kStages stages, then the warps merged in shared memory and the normalised output
+  // HINT: (one split) or float32 partial and lse written.
+  using Smem = typename Cfg::Smem;
+  using Ops = mma_attn::ElementOps<Element>;
+  constexpr int kT = Cfg::kTileKeys;
+  constexpr int kW = Cfg::kWarps;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kNTiles = kT / 8;               // n8 tiles of S
+  constexpr int kQKSteps = Cfg::kHeadDim / 16;  // k16 steps of S = Q K^T
+  constexpr int kPVSteps = kT / 16;             // k16 steps of O += P V
+  constexpr int kDTiles = Cfg::kHeadDim / 8;    // n8 tiles of O
+  constexpr uint32_t kRows16 = 16 * Smem::kRowBytes;
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ float warp_max[kW][kRowsPerTile];    // each warp's row max, base 2 (-inf: no key)
+  __shared__ float warp_sum[kW][kRowsPerTile];    // each warp's row sum relative to it
+  __shared__ float warp_weight[kW][kRowsPerTile]; // each warp's factor in the final row
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const GqaBlock at(p);
+  const int split = at.split, kv = at.kv, row0 = at.row0, rows_here = at.rows_here;
+  const int64_t b_kv = at.b_kv, b = at.b;
+  const int q_first = row0 / p.group, q_last = (row0 + rows_here - 1) / p.group;
+
+  // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
+  // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
+  // visible to every row with no bias. Uniform over the block.
+  const attn::KeyMask<true> range(p.mask, b, static_cast<int64_t>(kv) * p.group);
+  const int key_lo = max(range.keys_begin(q_first), 0);
+  const int key_hi = range.keys_end(q_last);
+  const int2 unmasked = range.unmasked_keys(q_first, q_last);
+  const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
+  const int2 split_range = split_tiles(n_tiles, split, p.num_splits);
+  const int tile_begin = split_range.x, tile_end = split_range.y;
+  // This warp's tiles: tile_begin + warp, + kW, + 2 kW, ...
+  const int my_tiles = tile_end - tile_begin > warp ? (tile_end - tile_begin - warp + kW - 1) / kW : 0;
+
+  // Shared memory: Q, then each warp's ring of kStages (K tile, V tile) stages.
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t smem_q = (raw + (Smem::kTileAlign - 1)) & ~static_cast<uint32_t>(Smem::kTileAlign - 1);
+  unsigned char* const smem_q_ptr = smem_raw + (smem_q - raw);
+  const uint32_t ring = smem_q + Cfg::kQBytes + warp * Cfg::kWarpRingBytes;
+
+  const typename KvLayout::template Rows<Element> kv_rows(kv_layout, b, kv);
+  auto load_stage = [&](int stage, int tile) {
+    const uint32_t k_tile = ring + stage * Cfg::kStageBytes;
+    load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, kv_rows, p.q, key_lo + tile * kT,
+                                key_hi, p.head_dim, lane);
+  };
+
+  // Prologue: Q (one commit group), then the first kStages - 1 tiles of this warp (one group
+  // each, empty past its last tile, so that the waits below count the same).
+  load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
+  cp_async_commit();
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 1>();  // Q has landed (this thread's copies) ...
+  __syncthreads();               // ... and everyone's
+
+  const uint32_t q_lane = smem_q + Smem::offset(lane & 15, lane >> 4);
+  uint32_t q_frag[Cfg::kQInRegs ? kQKSteps : 1][4];
+  if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) ldmatrix_x4(q_frag[kk], Smem::pair_step(q_lane, kk));
+  }
+  // This lane's ldmatrix addresses within a K or V tile (see task 4's LaneAddresses).
+  const uint32_t k_lane = Smem::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const uint32_t v_lane = Smem::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+
+  float o[kDTiles][4];
+  float row_max[2] = {-INFINITY, -INFINITY};  // raw scores
+  float row_sum[2] = {0.f, 0.f};              // this lane's share
+#pragma unroll
+  for (int j = 0; j < kDTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[j][e] = 0.f;
+  const float scale_log2 = p.scale_log2;
+
+  for (int it = 0; it < my_tiles; ++it) {
+    // Refill the stage tile it - 1 used (every lane finished it: __syncwarp at loop end).
+    const int next = it + kStages - 1;
+    if (next < my_tiles) load_stage(next % kStages, tile_begin + warp + next * kW);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // tile it has landed (this lane's copies) ...
+    __syncwarp();                  // ... and the warp's
+    const uint32_t k_tile = ring + (it % kStages) * Cfg::kStageBytes;
+    const uint32_t v_tile = k_tile + Cfg::kTileBytes;
+    const int key0 = key_lo + (tile_begin + warp + it * kW) * kT;
+
+    // ---- S = Q K^T (fp32) ----
+    float s[kNTiles][4];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kQKSteps; ++kk) {
+      uint32_t a[4];
+      if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = q_frag[kk][r];
+      } else {
+        ldmatrix_x4(a, Smem::pair_step(q_lane, kk));
+      }
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t bk[4];  // b0 b1 of n8 tile 2 np, then of 2 np + 1
+        ldmatrix_x4(bk, Smem::pair_step(k_tile + k_lane, kk) + np * kRows16);
+        Ops::mma(s[2 * np], a, bk[0], bk[1]);
+        Ops::mma(s[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    // ---- softcap (before the mask), then the predicate where some key may be hidden ----
+    if (p.mask.softcap > 0.0) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] = attn::softcap_score(s[j][e], p.mask);
+    }
+    if (!(key0 >= unmasked.x && key0 + kT <= unmasked.y)) {
+      const int col0 = key0 + 2 * (lane & 3);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        // This lane's row (lane / 4 or lane / 4 + 8 of the tile): its query and query head.
+        // Padding rows borrow the last real row's (their outputs are never written).
+        const int r = min(row0 + (lane >> 2) + 8 * hh, p.rows - 1);
+        const attn::KeyMask<true> mask(p.mask, b, kv * p.group + r % p.group);
+        const int query = r / p.group;
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            s[j][2 * hh + e] = mask.apply(s[j][2 * hh + e], query, col0 + j * 8 + e);
+      }
+    }
+
+    // ---- online softmax (the scale folded into exp2), as task 4's kernel ----
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float m_new = row_max[hh];
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) m_new = fmaxf(m_new, fmaxf(s[j][2 * hh], s[j][2 * hh + 1]));
+      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+      // A row with no visible key yet keeps m = -inf: subtract 0 instead (no -inf - -inf).
+      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+      const float correction = exp2_approx(fmaf(row_max[hh], scale_log2, -m_scaled));
+      row_max[hh] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const float p0 = exp2_approx(fmaf(s[j][2 * hh], scale_log2, -m_scaled));
+        const float p1 = exp2_approx(fmaf(s[j][2 * hh + 1], scale_log2, -m_scaled));
+        s[j][2 * hh] = p0;
+        s[j][2 * hh + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_sum[hh] = fmaf(row_sum[hh], correction, sum);
+#pragma unroll
+      for (int j = 0; j < kDTiles; ++j) {
+        o[j][2 * hh] *= correction;
+        o[j][2 * hh + 1] *= correction;
+      }
+    }
+
+    // ---- O += P V: P's accumulators, rounded pairwise, are the A fragments; the rounding's
+    // remainder, rounded again, is a second A fragment (see the top of the file) ----
+#pragma unroll
+    for (int kk = 0; kk < kPVSteps; ++kk) {
+      uint32_t a[4], a_rest[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float* pair = &s[2 * kk + (r >> 1)][2 * (r & 1)];  // a0 a1 a2 a3: see task 4
+        a[r] = Ops::pack(pair[0], pair[1]);
+        a_rest[r] = pack_remainder<Element>(pair[0], pair[1], a[r]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t bv[4];  // b0 b1 of d tile 2 dp, then of 2 dp + 1
+        ldmatrix_x4_trans(bv, Smem::pair_step(v_tile + v_lane, dp) + kk * kRows16);
+        Ops::mma(o[2 * dp], a, bv[0], bv[1]);
+        Ops::mma(o[2 * dp + 1], a, bv[2], bv[3]);
+        Ops::mma(o[2 * dp], a_rest, bv[0], bv[1]);
+        Ops::mma(o[2 * dp + 1], a_rest, bv[2], bv[3]);
+      }
+    }
+    __syncwarp();  // every lane has read this stage before it is refilled
+  }
+  cp_async_wait<0>();  // only empty groups can be left; the ring is free
+  __syncwarp();
+
+  // ---- merge the warps: each stages its O (relative to its row max) in its own ring ----
+  const int g = lane >> 2, t = lane & 3;
+  float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = g + 8 * hh;
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j)
+      *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
+          make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
+    float l = row_sum[hh];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t == 0) {
+      warp_max[warp][row] = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
+      warp_sum[warp][row] = l;
+    }
+  }
+  __syncthreads();
+
+  // Per row: the block's max and sum, each warp's weight, the sink (split 0 only) and lse.
+  if (tid < kRowsPerTile) {
+    const int rr = tid;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) m = fmaxf(m, warp_max[w][rr]);
+    float weight[kW], l = 0.f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) {
+      weight[w] = warp_max[w][rr] == -INFINITY ? 0.f : exp2f(warp_max[w][rr] - m);
+      l = fmaf(weight[w], warp_sum[w][rr], l);
+    }
+    float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
+    float lse = l > 0.f ? m + log2f(l) : -INFINITY;
+    if (p.mask.sinks != nullptr && split == 0 && rr < rows_here) {
+      const int head = kv * p.group + (row0 + rr) % p.group;
+      const auto sink = attn::sink_term(p.mask.sinks[head], m);
+      const float total = fmaf(l, sink.keys, sink.sink);
+      factor = total > 0.f ? sink.keys / total : 0.f;
+      lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
+    }
+#pragma unroll
+    for (int w = 0; w < kW; ++w) warp_weight[w][rr] = weight[w] * factor;
+    if (p.num_splits > 1 && rr < rows_here)
+      p.lse[(b_kv * p.num_splits + split) * p.rows + row0 + rr] = lse;
+  }
+  __syncthreads();
+
+  // The rows' outputs, 8 elements per thread and step: normalised in q's dtype (one split) or
+  // float32 partials. Padding rows and columns >= head_dim are never written.
+  constexpr int kChunks8 = Cfg::kHeadDim / 8;
+  for (int idx = tid; idx < kRowsPerTile * kChunks8; idx += Cfg::kThreads) {
+    const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
+    if (rr >= rows_here || d0 >= p.head_dim) continue;
+    float val[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) val[e] = 0.f;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) {
+      const float weight = warp_weight[w][rr];
+      const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
+                         rr * Cfg::kScratchStride + d0;
+      add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
+                   *reinterpret_cast<const float4*>(src + 4));
+    }
+    const int r = row0 + rr;
+    if (p.num_splits == 1) {
+      store_output<Element>(p, b, kv, r, d0, val);
+    } else {
+      float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
+      *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
+    }
+  }
+  // END SOLUTION
+  if (p.num_splits > 1 && p.counters != nullptr) merge_in_last_block<Cfg, Element>(p);
+#else
+  // Built for a GPU older than sm_80 (no cp.async, no bf16 mma): the host refuses to launch.
+  __trap();
+#endif
+}
+
+// ---- which instantiation the host launches ------------------------------------------------
+
+// decode_gqa_kernel<Element, Cfg, KvLayout>, as the host side (decode_gqa.cu) configures,
+// queries and launches it. Each element type's 10 instantiations are compiled in one file,
+// decode_gqa_fp16.cu or decode_gqa_bf16.cu (the extern declarations below); a file that
+// includes this header instantiates none of them.
+template <typename KvLayout>
+using GqaKernel = void (*)(const GqaParams, const KvLayout);
+
+template <typename Element, typename Cfg, typename KvLayout>
+GqaKernel<KvLayout> gqa_kernel() {
+  return decode_gqa_kernel<Element, Cfg, KvLayout>;
+}
+
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaD64, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaD96, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaD128, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaD128Compact, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaD256, ContiguousKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaD64, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaD96, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaD128, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaD128Compact, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaD256, PagedKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD64, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD96, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD128, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD128Compact, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD256, ContiguousKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD64, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD96, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128Compact, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD256, PagedKv>();
+
+}  // namespace attn_gqa

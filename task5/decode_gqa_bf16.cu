@@ -1,0 +1,24 @@
+// Grouped-query decode on tensor cores: the kernel's instantiations for bf16 (the kernel and
+// its idea: decode_gqa.cuh; the host side that launches them: decode_gqa.cu).
+//
+// One file per element type, so that the build compiles them in parallel: the 20
+// instantiations in one file were among the longest compiles of the task 5 extension. Five
+// configurations (head dims 64, 96, 128 with 8 or 4 warps, 256), each for the contiguous cache
+// (ContiguousKv) and the paged one (PagedKv, decode_paged.cuh).
+
+#include "decode_gqa.cuh"
+
+namespace attn_gqa {
+
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD64, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD96, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD128, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD128Compact, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaD256, ContiguousKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD64, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD96, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128Compact, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD256, PagedKv>();
+
+}  // namespace attn_gqa
