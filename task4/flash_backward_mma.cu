@@ -115,11 +115,12 @@ bool backward_layout_2d(int padded_dim, bool general) {
   return optin >= mma_bwd::backward_2d_smem_bytes(padded_dim, general);
 }
 
-// The 2-D kernel's experiments (mma_bwd::Bwd2dOptions), ATTN_BWD_2D_OPTS read on every call
-// like ATTN_BWD_LAYOUT so that one process can A/B them: a comma-separated list of "lse_regs"
-// (lse2 and D from global memory into registers) and "stmatrix" (P^T and dS^T by stmatrix on
-// sm_90); unset or empty, neither (the kernel as it was). Each gives the same gradients; the
-// general instantiation (windows, key lengths, masks, softcap, stride) ignores them.
+// The 2-D kernel's experiment (mma_bwd::Bwd2dOptions), ATTN_BWD_2D_OPTS read on every call
+// like ATTN_BWD_LAYOUT so that one process can A/B it: a comma-separated list whose one item
+// is "lse_async" (each query tile's lse2 and D staged by cp.async with its Q and dO); unset or
+// empty, the default kernel. It gives the same dK and dV bit for bit (dQ: the same sums, added
+// in another order); the general instantiation (windows, key lengths, masks, softcap, stride)
+// ignores it.
 mma_bwd::Bwd2dOptions backward_2d_options() {
   mma_bwd::Bwd2dOptions options;
   const char* env = std::getenv("ATTN_BWD_2D_OPTS");
@@ -131,11 +132,10 @@ mma_bwd::Bwd2dOptions backward_2d_options() {
     const auto is = [&](const char* name) {
       return length == std::strlen(name) && std::strncmp(item, name, length) == 0;
     };
-    if (is("lse_regs")) options.lse_in_registers = true;
-    else if (is("stmatrix")) options.stmatrix = true;
+    if (is("lse_async")) options.lse_async = true;
     else
       TORCH_CHECK_VALUE(length == 0, attn::str("ATTN_BWD_2D_OPTS must be a comma-separated list of "
-                        "\"lse_regs\" and \"stmatrix\" (or unset) but is \"", env, "\"."));
+                        "\"lse_async\" (or unset) but is \"", env, "\"."));
     item += length + (end ? 1 : 0);
   }
   return options;

@@ -13,6 +13,7 @@
 //                                  queries: per k16 step 2 A + 2 (4) B fragments, 8 (16) mma
 //   P^T, dS^T                      in registers (mask, softcap, exp2, dS = P (dP - D) slope),
 //                                  rounded to 16 bits into two [keys][queries] shared tiles
+//                                  (stmatrix on sm_90, 4-byte stores on sm_80 / 86 / 89)
 //   --- barrier: every warp's P^T and dS^T are in shared memory ---
 //   dV += P^T dO, dK += dS^T Q     warps 4 (keys) x 2 (head-dim halves), each 32 keys x D/2
 //                                  columns, accumulated in registers over the whole walk
@@ -44,6 +45,17 @@
 // is computed: S^T and dP^T are both in registers when dS is formed), sinks (nothing to do in
 // the backward), scale; head dims up to 128 padded to 64 or 128. Only the atomic dQ mode: the
 // deterministic one stays on the 16-row kernels (flash_backward_mma.cu chooses).
+//
+// The ladder (task4/NOTES.md, "The backward's speed", has each step's measurement):
+//   1. the 16-row layout (flash_backward_mma.cuh): ldmatrix-bound, each B fragment feeds 2 mma
+//   2. this 2-D layout: the same ldmatrix and mma counts per query tile as FlashAttention-2
+//   3. lse2 and D of a warp's columns read once per query tile (ScoreColumns), not per m16 row
+//   4. P^T and dS^T by stmatrix on sm_90 (store_score_tile_row): a quarter of the store
+//      instructions. Tried beside it: lse2 and D from global memory into registers instead of
+//      shared memory (FlashAttention-2's way): within about 1% at D = 128, 2-7% slower at
+//      D = 64, and slower with stmatrix than stmatrix alone.
+//   next (an experiment, ATTN_BWD_2D_OPTS=lse_async): lse2 and D staged by cp.async
+//      (copy_column_values_async), so that no warp waits on their global loads mid-tile.
 //
 // Measured speed: Results.md / task4/NOTES.md. No number is written here.
 
@@ -311,8 +323,8 @@ __device__ __forceinline__ void store_score_row(const float (&acc)[Cfg::kScoreNT
   // END SOLUTION
 }
 
-// stmatrix is an sm_90 instruction (PTX ISA 7.8): where it is missing the stmatrix option
-// compiles to the STS path (store_score_row).
+// stmatrix is an sm_90 instruction (PTX ISA 7.8): store_score_tile_row uses it where it
+// exists and the 4-byte stores above elsewhere.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 constexpr bool kHaveStmatrix = true;
 #else
@@ -333,8 +345,10 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
 #endif
 }
 
-// store_score_row by stmatrix (sm_90; the stmatrix option): the same 16-bit values at the same
-// addresses, one stmatrix.x4 per 16 x 16 block instead of four 4-byte stores. The accumulator
+// store_score_row by stmatrix (sm_90): the same 16-bit values at the same addresses, one
+// stmatrix.x4 per 16 x 16 block instead of four 4-byte stores (a quarter of the shared-memory
+// store instructions; measured 3-5% faster on the H100, results/logs/h100_bwd_opts_ab.log,
+// where this was the "stmatrix" option). The accumulator
 // of an m16n8 tile is two 8x8 matrices in exactly the layout stmatrix takes (lane l: row l/4 =
 // g, columns 2t, 2t + 1), so the block's n8 tiles 2jp, 2jp + 1 are the registers
 //   r0 = rows 0-7 x columns 0-7 (acc[2jp][0..1]),   r1 = rows 8-15 x columns 0-7 (acc[2jp][2..3]),
@@ -362,13 +376,24 @@ __device__ __forceinline__ void store_score_row_stmatrix(const float (&acc)[Cfg:
   // END SOLUTION
 }
 
+// One m16 row of P^T or dS^T into its score tile: by stmatrix where the GPU has it (sm_90),
+// else by 4-byte stores. Either way the same bytes at the same addresses.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void store_score_tile_row(const float (&acc)[Cfg::kScoreNTiles][4],
+                                                     uint32_t tile_addr, unsigned char* tile_ptr,
+                                                     int key_row0, int query_col0, int lane) {
+  if constexpr (kHaveStmatrix)
+    store_score_row_stmatrix<Element, Cfg>(acc, tile_addr, key_row0, query_col0, lane);
+  else
+    store_score_row<Element, Cfg>(acc, tile_ptr, key_row0, query_col0, lane);
+}
+
 // lse2 and D (the preprocess's per-query values) of this lane's columns of a warp's score
-// block, in registers: per n8 tile j, columns 8j + 2t and 8j + 2t + 1, read once per query
-// tile for all m16 rows of the block. Two sources: load_shared, one 8-byte shared-memory load
-// each from the stage load_query_rows wrote (after the score products); load_global (the
-// lse_regs option), straight from the preprocess's arrays in global memory (tiny, L2-resident),
-// issued before the score products so that their latency hides under the mma. Both give the
-// same values: +inf and 0 past seq_q. kInRegisters false: nothing (the caller reads them per row).
+// block, in registers: per n8 tile j, columns 8j + 2t and 8j + 2t + 1, one 8-byte
+// shared-memory load each from the stage load_query_rows wrote (+inf and 0 past seq_q), read
+// once per query tile for all m16 rows of the block. (Reading them from global memory instead,
+// FlashAttention-2's way, measured no faster: results/logs/h100_bwd_opts_ab.log, "lse_regs".)
+// kInRegisters false: nothing (the caller reads them per row).
 template <typename Cfg, bool kInRegisters>
 struct ScoreColumns {
   float2 lse2[Cfg::kScoreNTiles];
@@ -386,38 +411,17 @@ struct ScoreColumns {
     }
     // END SOLUTION
   }
-  // lse2_head / delta_head: the query head's values (index = query); query0: the warp's first
-  // query (a multiple of 16). 8-byte loads where both arrays' pairs are 8-byte aligned and
-  // seq_q is even (a pair is then wholly inside or wholly past seq_q), else 4-byte loads.
-  __device__ __forceinline__ void load_global(const float* lse2_head, const float* delta_head,
-                                              int query0, int seq_q, int lane) {
+  // lse2 = +inf in the columns at or past seq_q (query0: the warp's first query), the value
+  // load_query_rows stages there; for a stage whose copies wrote zeros (the lse_async option:
+  // copy_column_values_async). D is zero there either way.
+  __device__ __forceinline__ void set_past_end(int query0, int seq_q, int lane) {
     // BEGIN SOLUTION kernel
-    // HINT: Optional extension (the 2-D backward): per n8 tile j, the values of queries
-    // HINT: query0 + 8j + 2t and + 1 (+inf and 0 past seq_q), read with __ldg.
+    // HINT: Optional extension (the 2-D backward): per n8 tile j, columns query0 + 8j + 2t, + 1.
     const int t2 = 2 * (lane & 3);
-    const float* lse2_cols = lse2_head + query0 + t2;
-    const float* delta_cols = delta_head + query0 + t2;
-    const bool pairs = seq_q % 2 == 0 && ((reinterpret_cast<uintptr_t>(lse2_cols) |
-                                           reinterpret_cast<uintptr_t>(delta_cols)) % 8 == 0);
-    if (pairs) {
 #pragma unroll
-      for (int j = 0; j < Cfg::kScoreNTiles; ++j) {
-        const bool real = query0 + 8 * j + t2 < seq_q;
-        lse2[j] = real ? __ldg(reinterpret_cast<const float2*>(lse2_cols + 8 * j))
-                       : make_float2(INFINITY, INFINITY);
-        delta[j] = real ? __ldg(reinterpret_cast<const float2*>(delta_cols + 8 * j))
-                        : make_float2(0.f, 0.f);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < Cfg::kScoreNTiles; ++j) {
-        const bool real0 = query0 + 8 * j + t2 < seq_q;
-        const bool real1 = query0 + 8 * j + t2 + 1 < seq_q;
-        lse2[j].x = real0 ? __ldg(lse2_cols + 8 * j) : INFINITY;
-        lse2[j].y = real1 ? __ldg(lse2_cols + 8 * j + 1) : INFINITY;
-        delta[j].x = real0 ? __ldg(delta_cols + 8 * j) : 0.f;
-        delta[j].y = real1 ? __ldg(delta_cols + 8 * j + 1) : 0.f;
-      }
+    for (int j = 0; j < Cfg::kScoreNTiles; ++j) {
+      if (query0 + 8 * j + t2 >= seq_q) lse2[j].x = INFINITY;
+      if (query0 + 8 * j + t2 + 1 >= seq_q) lse2[j].y = INFINITY;
     }
     // END SOLUTION
   }
@@ -523,19 +527,64 @@ __device__ __forceinline__ void store_gradient_block(
   // END SOLUTION
 }
 
-// One query tile into `stage` of the 2-D kernel's shared memory (load_query_rows).
-// kStageColumnValues false (the lse_regs option): Q and dO only.
-template <typename Element, typename Cfg, bool kStageColumnValues>
+// 4 bytes global -> shared (cp.async.ca: the only form of that size). With pred false,
+// src-size 0: the hardware writes 4 zero bytes and reads nothing; the caller still passes a
+// valid address.
+__device__ __forceinline__ void cp_async_4(uint32_t smem, const void* gmem, bool pred) {
+  const int src_bytes = pred ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(src_bytes));
+}
+
+// A query tile's lse2 and D into a stage by 4-byte cp.async (the lse_async option), zero past
+// seq_q (ScoreColumns::set_past_end makes lse2 +inf there). Why: load_query_rows reads them with
+// plain loads and stores them at once, so the threads that stage them (the first kBlockQueries)
+// wait one global-memory latency per query tile before their score products, and the other
+// warps wait for them at the P^T/dS^T barrier; copied like Q and dO, nothing waits for them
+// before the tile's first barrier. lse2_dst / delta_dst: the stage's arrays.
+template <typename Cfg>
+__device__ __forceinline__ void copy_column_values_async(const BwdParams& p, uint32_t lse2_dst,
+                                                         uint32_t delta_dst, int batch, int head,
+                                                         int start, int tid) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the 2-D backward): thread c < kBlockQueries: cp_async_4 lse2 and
+  // HINT: D of query start + c into element c, src-size 0 past seq_q.
+  static_assert(Cfg::kBlockQueries <= Cfg::kThreads, "one query per thread");
+  if (tid < Cfg::kBlockQueries) {
+    const int query = start + tid;
+    const bool real = query < p.seq_q;
+    const int64_t at = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q +
+                       (real ? query : 0);  // a valid address either way
+    cp_async_4(lse2_dst + 4 * tid, p.lse2 + at, real);
+    cp_async_4(delta_dst + 4 * tid, p.delta + at, real);
+  }
+  // END SOLUTION
+}
+
+// One query tile into `stage` of the 2-D kernel's shared memory: Q and dO by cp.async, lse2
+// and D by load_query_rows' loads and stores, or (kAsyncColumns) by cp.async as well.
+template <typename Element, typename Cfg, bool kAsyncColumns>
 __device__ __forceinline__ void load_query_tile_2d(const BwdParams& p, uint32_t smem,
                                                    unsigned char* smem_ptr, int stage, int batch,
                                                    int kv_head, const QueryTileCursor& tile,
                                                    int tid) {
   using Layout = Bwd2dSmem<Cfg>;
-  load_query_rows<Element, Cfg, Cfg::kBlockQueries, kStageColumnValues>(
-      p, smem + Layout::q(stage), smem + Layout::d_out(stage),
-      reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockQueries,
-      reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockQueries, batch,
-      kv_head, tile, tid);
+  if constexpr (kAsyncColumns) {
+    const int head = kv_head * p.kv_group + tile.group;
+    copy_query_operands<Element, Cfg, Cfg::kBlockQueries>(p, smem + Layout::q(stage),
+                                                          smem + Layout::d_out(stage), batch,
+                                                          head, tile.start, tid);
+    copy_column_values_async<Cfg>(p, smem + Layout::lse + stage * Cfg::kBlockQueries * 4,
+                                  smem + Layout::delta + stage * Cfg::kBlockQueries * 4, batch,
+                                  head, tile.start, tid);
+    cp_async_commit();
+  } else {
+    load_query_rows<Element, Cfg, Cfg::kBlockQueries>(
+        p, smem + Layout::q(stage), smem + Layout::d_out(stage),
+        reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockQueries,
+        reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockQueries, batch,
+        kv_head, tile, tid);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -561,31 +610,76 @@ struct WarpBlocks2d {
   }
 };
 
+// dV += P^T dO and dK += dS^T Q, this warp's keys and columns: the score tiles (complete: after
+// the tile's second barrier) against the stage's Q and dO.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void accumulate_dv_dk(
+    float (&dv)[Cfg::kGradMTiles][Cfg::kGradNTiles][4],
+    float (&dk)[Cfg::kGradMTiles][Cfg::kGradNTiles][4], uint32_t smem, uint32_t q_tile,
+    uint32_t do_tile, const WarpBlocks2d<Cfg>& w) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the 2-D backward): gradient_block_product of dV from the P^T tile
+  // HINT: (a_rows at the warp's first key) and dO (b_cols at row 0), then of dK from the dS^T
+  // HINT: tile and Q, at the warp's first column / 16.
+  using Layout = Bwd2dSmem<Cfg>;
+  using Rows = FragmentLanes<SmemLayout<Cfg::kHeadDim>>;
+  using Scores = FragmentLanes<SmemLayout<Cfg::kBlockQueries>>;
+  gradient_block_product<Element, Cfg>(dv, Scores::a_rows(smem + Layout::p_t, w.grad_key0, w.lane),
+                                       Rows::b_cols(do_tile, 0, w.lane), w.grad_col0 / 16);
+  gradient_block_product<Element, Cfg>(dk, Scores::a_rows(smem + Layout::ds_t, w.grad_key0, w.lane),
+                                       Rows::b_cols(q_tile, 0, w.lane), w.grad_col0 / 16);
+  // END SOLUTION
+}
+
+// dQ[tile] += dS K, this warp's queries and columns over the CTA's keys, added into the query
+// head's rows of the fp32 dq_accum (head: the query head, query_start: the tile's first query).
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void add_tile_dq(const BwdParams& p, uint32_t smem, int batch, int head,
+                                            int query_start, const WarpBlocks2d<Cfg>& w) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension (the 2-D backward): dq_block_product_2d from the dS^T tile (a_cols
+  // HINT: at row 0) and K (b_cols at row 0) at the warp's first query / 16 and column / 16, then
+  // HINT: add_dq_block_2d into the head's dq_accum rows at query_start + the warp's first query.
+  using Layout = Bwd2dSmem<Cfg>;
+  using Rows = FragmentLanes<SmemLayout<Cfg::kHeadDim>>;
+  using Scores = FragmentLanes<SmemLayout<Cfg::kBlockQueries>>;
+  float dq[Cfg::kDqMTiles][Cfg::kDqNTiles][4];
+  dq_block_product_2d<Element, Cfg>(dq, Scores::a_cols(smem + Layout::ds_t, 0, w.lane),
+                                    w.dq_query0 / 16, Rows::b_cols(smem + Layout::k, 0, w.lane),
+                                    w.dq_col0 / 16);
+  add_dq_block_2d<Cfg>(dq, p.dq_accum + (static_cast<int64_t>(batch) * p.heads + head) *
+                                            p.dq_accum_rows * p.dq_accum_dim,
+                       query_start + w.dq_query0, w.dq_col0, w.lane);
+  // END SOLUTION
+}
+
 // dK, dV and (by atomics) dQ: grid (key tiles of 128, B * H_kv). A CTA owns 128 keys of one KV
 // head and walks the query tiles of every query head of its group (QueryTileCursor, the next
 // tile's copies in flight under the current one's math). Two barriers per query tile: one
 // before the tile's Q and dO are read (its copies landed; every warp is done with the previous
 // tile's stage and score tiles), one between writing P^T and dS^T and reading them.
-// Two experiments of the default instantiation (Bwd2dOptions, ATTN_BWD_2D_OPTS), each changing
-// only where values come from or how they are stored, not the arithmetic:
-//   kLseInRegisters  lse2 and D from global memory into registers (ScoreColumns::load_global)
-//                    instead of a shared-memory stage per query tile
-//   kStmatrix        P^T and dS^T stored by stmatrix (sm_90) instead of 4-byte stores
-template <typename Element, typename Cfg, bool kGeneral, bool kLseInRegisters = false,
-          bool kStmatrix = false>
+// One experiment of the default instantiation (Bwd2dOptions, ATTN_BWD_2D_OPTS=lse_async), which
+// changes only how lse2 and D reach the stage, not a value or the arithmetic:
+//   kAsyncColumns  lse2 and D copied by cp.async with Q and dO (copy_column_values_async) instead
+//                  of loaded and stored by the first kBlockQueries threads, which then wait a
+//                  global-memory latency at the top of every query tile (the SASS: the store
+//                  follows its load within a few instructions) while the other warps reach the
+//                  P^T/dS^T barrier first (ncu, results/logs/h100_backward_ncu_{2d,fa2}_d128.txt:
+//                  0.50 barrier stalls per instruction against FlashAttention-2's 0.25, which
+//                  loads the next tile's values into registers under its dK product).
+template <typename Element, typename Cfg, bool kGeneral, bool kAsyncColumns = false>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     flash_backward_2d_kernel(const BwdParams p) {
-  static_assert(!kGeneral || !kLseInRegisters, "lse_regs: the default instantiation only");
+  static_assert(!kGeneral || !kAsyncColumns, "lse_async: the default instantiation only");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   // BEGIN SOLUTION kernel
   // HINT: Optional extension (the 2-D backward): load K and V; walk the query tiles with
   // HINT: QueryTileCursor (the next one loading into the other stage); per tile S^T and dP^T
   // HINT: (score_block_product), per m16 row transform_scores, probabilities, score_gradients,
-  // HINT: store_score_row of P^T and dS^T; barrier; dV and dK (gradient_block_product), dQ
-  // HINT: (dq_block_product_2d, add_dq_block_2d). Store dK * scale and dV.
+  // HINT: store_score_tile_row of P^T and dS^T; barrier; dV and dK (accumulate_dv_dk), dQ
+  // HINT: (add_tile_dq). Store dK * scale and dV.
   using Layout = Bwd2dSmem<Cfg>;
   using Rows = FragmentLanes<SmemLayout<Cfg::kHeadDim>>;
-  using Scores = FragmentLanes<SmemLayout<Cfg::kBlockQueries>>;
   using ScoreRow = typename Cfg::WarpScoreRow;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem_ptr;
@@ -609,8 +703,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   QueryTileCursor tile{-1, 0, 0};
   bool have = tile.advance<Cfg, kGeneral>(p, batch, kv_head, kv_start);
   if (have)
-    load_query_tile_2d<Element, Cfg, !kLseInRegisters>(p, smem, smem_ptr, 0, batch, kv_head, tile,
-                                                       tid);
+    load_query_tile_2d<Element, Cfg, kAsyncColumns>(p, smem, smem_ptr, 0, batch, kv_head, tile,
+                                                    tid);
 
   float dk[Cfg::kGradMTiles][Cfg::kGradNTiles][4], dv[Cfg::kGradMTiles][Cfg::kGradNTiles][4];
 #pragma unroll
@@ -629,24 +723,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     cp_async_wait<0>();
     __syncthreads();
     if (have_next)
-      load_query_tile_2d<Element, Cfg, !kLseInRegisters>(p, smem, smem_ptr, stage ^ 1, batch,
-                                                         kv_head, next, tid);
+      load_query_tile_2d<Element, Cfg, kAsyncColumns>(p, smem, smem_ptr, stage ^ 1, batch,
+                                                      kv_head, next, tid);
     const uint32_t q_tile = smem + Layout::q(stage);
     const uint32_t do_tile = smem + Layout::d_out(stage);
     // This warp's blocks, from a fresh thread index: values derived from it are recomputed
     // per tile rather than held in registers through the loop (thread_index_fresh says why).
     const WarpBlocks2d<Cfg> w(mma_attn::thread_index_fresh());
     const int lane = w.lane;
-
-    // lse2 and D of this warp's columns: the default instantiation holds them in registers for
-    // the whole tile (ScoreColumns). lse_regs: loaded from global memory now, under the products.
-    ScoreColumns<Cfg, !kGeneral> cols;
-    if constexpr (kLseInRegisters) {
-      const int64_t head_base =
-          (static_cast<int64_t>(batch) * p.heads + kv_head * p.kv_group + tile.group) * p.seq_q;
-      cols.load_global(p.lse2 + head_base, p.delta + head_base, tile.start + w.score_query0,
-                       p.seq_q, lane);
-    }
 
     // S^T = K Q^T and dP^T = V dO^T, this warp's block of each.
     float s[Cfg::kScoreMTiles][Cfg::kScoreNTiles][4];
@@ -671,7 +755,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // read per m16 row, the score-tile stores between the rows make the compiler read them
     // again. The general one keeps the per-row reads (ptxas spilled at sm_80 with the values
     // held beside its mask fields).
-    if constexpr (!kGeneral && !kLseInRegisters) cols.load_shared(col_lse2, col_delta, lane);
+    ScoreColumns<Cfg, !kGeneral> cols;
+    if constexpr (!kGeneral) cols.load_shared(col_lse2, col_delta, lane);
+    if constexpr (kAsyncColumns) cols.set_past_end(query0, p.seq_q, lane);
 #pragma unroll
     for (int mi = 0; mi < Cfg::kScoreMTiles; ++mi) {
       float slope[kGeneral ? Cfg::kScoreNTiles : 1][4];
@@ -686,36 +772,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         column_probabilities<Cfg>(s[mi], cols, p.scale_log2);
         column_score_gradients<Cfg, kGeneral>(ds[mi], s[mi], slope, capped, cols);
       }
-      if constexpr (kStmatrix && kHaveStmatrix) {
-        store_score_row_stmatrix<Element, Cfg>(s[mi], smem + Layout::p_t, w.score_key0 + 16 * mi,
-                                               w.score_query0, lane);
-        store_score_row_stmatrix<Element, Cfg>(ds[mi], smem + Layout::ds_t,
-                                               w.score_key0 + 16 * mi, w.score_query0, lane);
-      } else {
-        store_score_row<Element, Cfg>(s[mi], smem_ptr + Layout::p_t, w.score_key0 + 16 * mi,
-                                      w.score_query0, lane);
-        store_score_row<Element, Cfg>(ds[mi], smem_ptr + Layout::ds_t, w.score_key0 + 16 * mi,
-                                      w.score_query0, lane);
-      }
+      store_score_tile_row<Element, Cfg>(s[mi], smem + Layout::p_t, smem_ptr + Layout::p_t,
+                                         w.score_key0 + 16 * mi, w.score_query0, lane);
+      store_score_tile_row<Element, Cfg>(ds[mi], smem + Layout::ds_t, smem_ptr + Layout::ds_t,
+                                         w.score_key0 + 16 * mi, w.score_query0, lane);
     }
     __syncthreads();  // every warp's P^T and dS^T are in the score tiles
 
-    // dV += P^T dO and dK += dS^T Q, this warp's keys and columns.
-    gradient_block_product<Element, Cfg>(dv, Scores::a_rows(smem + Layout::p_t, w.grad_key0, lane),
-                                         Rows::b_cols(do_tile, 0, lane), w.grad_col0 / 16);
-    gradient_block_product<Element, Cfg>(dk, Scores::a_rows(smem + Layout::ds_t, w.grad_key0, lane),
-                                         Rows::b_cols(q_tile, 0, lane), w.grad_col0 / 16);
-    // dQ[tile] += dS K, this warp's queries and columns, into the fp32 accumulator.
-    {
-      float dq[Cfg::kDqMTiles][Cfg::kDqNTiles][4];
-      dq_block_product_2d<Element, Cfg>(dq, Scores::a_cols(smem + Layout::ds_t, 0, lane),
-                                        w.dq_query0 / 16, Rows::b_cols(smem + Layout::k, 0, lane),
-                                        w.dq_col0 / 16);
-      const int head = kv_head * p.kv_group + tile.group;
-      add_dq_block_2d<Cfg>(dq, p.dq_accum + (static_cast<int64_t>(batch) * p.heads + head) *
-                                                p.dq_accum_rows * p.dq_accum_dim,
-                           tile.start + w.dq_query0, w.dq_col0, lane);
-    }
+    // dV and dK, then dQ into the fp32 accumulator by atomics. (ptxas moves the dQ product and
+    // its atomic adds among the first of dV's and dK's mma by itself: with the calls swapped
+    // the SASS at sm_90 has the same instructions in nearly the same order.)
+    accumulate_dv_dk<Element, Cfg>(dv, dk, smem, q_tile, do_tile, w);
+    add_tile_dq<Element, Cfg>(p, smem, batch, kv_head * p.kv_group + tile.group, tile.start, w);
     tile = next;
     have = have_next;
   }
@@ -743,8 +811,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 // The 2-D kernel then the conversion of dQ on `stream` (the preprocess has run; p.dq_accum
 // zeroed). Returns an error sentence, or nullptr.
-template <typename Element, typename Cfg, bool kGeneral, bool kLseInRegisters = false,
-          bool kStmatrix = false>
+template <typename Element, typename Cfg, bool kGeneral, bool kAsyncColumns = false>
 const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
   static_assert(Cfg::kBlockQueries <= kDqAccumExtraRows, "dq_accum rows past S_q");
   const int64_t kv_rows = static_cast<int64_t>(p.batch) * p.kv_heads;
@@ -754,7 +821,7 @@ const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
     return "the 2-D backward needs a zeroed float32 dq_accum [B, H_q, S_q + kDqAccumExtraRows, "
            "padded_head_dim(head_dim)]";
   constexpr int kSmem = Bwd2dSmem<Cfg>::bytes;
-  auto kernel = flash_backward_2d_kernel<Element, Cfg, kGeneral, kLseInRegisters, kStmatrix>;
+  auto kernel = flash_backward_2d_kernel<Element, Cfg, kGeneral, kAsyncColumns>;
   if (const char* err = allow_smem(kernel, kSmem)) return err;
   const dim3 grid((p.seq_k + Cfg::kBlockKeys - 1) / Cfg::kBlockKeys, static_cast<unsigned>(kv_rows));
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(p);
@@ -763,12 +830,11 @@ const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
   return nullptr;
 }
 
-// The experiments of the default instantiation (flash_backward_2d_kernel's kLseInRegisters,
-// kStmatrix), chosen per call by ATTN_BWD_2D_OPTS (flash_backward_mma.cu); all off: the kernel
-// as it was. The general instantiation ignores them.
+// The experiment of the default instantiation (flash_backward_2d_kernel's kAsyncColumns),
+// chosen per call by ATTN_BWD_2D_OPTS (flash_backward_mma.cu); off: the default kernel. The
+// general instantiation ignores it.
 struct Bwd2dOptions {
-  bool lse_in_registers = false;  // "lse_regs"
-  bool stmatrix = false;          // "stmatrix" (sm_90; elsewhere the same code as without)
+  bool lse_async = false;  // "lse_async"
 };
 
 // CfgGeneral: the tile of the general instantiation (p.mask.general(): window, key lengths,
@@ -776,11 +842,8 @@ struct Bwd2dOptions {
 template <typename Element, typename Cfg, typename CfgGeneral>
 const char* run_backward_2d(const BwdParams& p, const Bwd2dOptions& options, cudaStream_t stream) {
   if (p.mask.general()) return launch_backward_2d<Element, CfgGeneral, true>(p, stream);
-  if (options.lse_in_registers)
-    return options.stmatrix ? launch_backward_2d<Element, Cfg, false, true, true>(p, stream)
-                            : launch_backward_2d<Element, Cfg, false, true, false>(p, stream);
-  return options.stmatrix ? launch_backward_2d<Element, Cfg, false, false, true>(p, stream)
-                          : launch_backward_2d<Element, Cfg, false>(p, stream);
+  return options.lse_async ? launch_backward_2d<Element, Cfg, false, true>(p, stream)
+                           : launch_backward_2d<Element, Cfg, false>(p, stream);
 }
 
 // The tile shapes (the top of this file says why). At head dim 64 the general instantiation
