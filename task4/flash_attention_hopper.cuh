@@ -112,6 +112,19 @@
 // whole skip the mask. A stride (a per-key predicate) stays on the mma.sync kernel. A row with
 // no visible key outputs zeros.
 //
+// Tiles aligned to what a variant sees (the general instantiation, VariantTiling). With key
+// lengths or S_q != S_k the causal diagonal sits at an offset that is rarely a multiple of 128:
+// tiled from row 0 and key 0, each query tile's diagonal then cuts two key tiles (two tiles
+// masked element by element, one of them mostly invisible) and a left-padded sequence's first
+// key tile is cut too. So the general instantiation starts the key tiles at the sequence's
+// first key and the query tiles where each one's diagonal starts a key tile
+// (aligned_query_tiling): one masked tile per query tile, as dense causal attention has. The
+// TMA takes any row coordinate, a negative one included, and zero-fills what lies outside the
+// tensor. And a query tile whose rows see no key (up to 3/4 of a padded batch's) is found at the
+// CTA's start, before any barrier or copy: it writes its zeros and returns (write_zero_rows).
+// (Head_dim 256 keeps tiles from zero, Tile::kAlignVariants; a mask tensor too, its summary
+// being per block from zero. ATTN_HOPPER_VARIANT_ALIGN=0 restores the old tiling, for A/B runs.)
+//
 // Sources for the hardware facts (read, not copied; cited where used):
 //   [desc]  CUTLASS include/cute/arch/mma_sm90_desc.hpp: GmmaDescriptor bit fields.
 //   [canon] CUTLASS include/cute/atom/mma_traits_sm90_gmma.hpp: make_gmma_desc's canonical
@@ -181,7 +194,78 @@ struct Params : mma_attn::Params {
   int summary_key_tiles = 0;         // key blocks per query tile (ceil(S_k / kSummaryKeys))
   // v7: the work tiles handed out so far beyond the first gridDim.x (zeroed before the launch).
   int* tile_counter = nullptr;
+  // How the general instantiation tiles a variant (VariantTiling, below); the host reads it from
+  // ATTN_HOPPER_VARIANT_ALIGN on every call, so that one process can time the tilings side by side.
+  int variant_tiling = 1;
 };
+
+// How the general instantiation places its tiles on a variant (Params::variant_tiling).
+//   kTilingFromZero   query tile m is rows [m * kBlockM, ...) and key tile n keys
+//                     [n * kBlockN, ...), whatever the variant (before issue 31's alignment);
+//   kTilingAligned    key tiles start at the sequence's first key and query tiles where the
+//                     causal diagonal (or a window's lower edge) starts a key tile
+//                     (aligned_query_tiling), and CTAs whose rows see no key only write zeros
+//                     (CtaWork::computes): a padded batch's query tiles then have one masked
+//                     key tile each, as dense causal attention's, and its empty ones no prologue;
+//   kTilingSkipEmpty  tiles from zero, but the CTAs whose rows see no key only write zeros
+//                     (the second half of kTilingAligned alone, for measuring each).
+// A mask tensor keeps tiles from zero: its summary is per 128 x 128 block from zero.
+enum VariantTiling : int { kTilingFromZero = 0, kTilingAligned = 1, kTilingSkipEmpty = 2 };
+
+// Where one sequence's query tiles start in the aligned tiling. A slanted edge of the visible
+// region (the causal diagonal: row q's last key q + offset; a window's lower edge) crosses
+// 128 keys over a 128-row query tile: two key tiles when it starts inside one, one when it
+// starts on a tile boundary. Key tiles start at key_begin (so a left-padded sequence's first
+// key starts one), and so query tile t is rows [base + t * kBlockM, ...) with base + offset -
+// key_begin a multiple of min(kBlockM, kBlockN): each query tile's diagonal then cuts one key
+// tile, as in dense causal attention at S_q = S_k. Base is the first row that sees a key,
+// moved back to that alignment (rows below 0 exist in no tensor: the TMA zero-fills them and
+// they are never stored); the rows before it see no key at all and are only written as zeros.
+struct QueryTiling {
+  int base;        // first row of work tile 0 (may be negative)
+  int work_tiles;  // query tiles that compute: rows [base + t * block_m, ...), t < work_tiles
+  int zero_rows;   // rows [0, zero_rows) see no key: zeros, block_m rows per CTA
+};
+
+__host__ __device__ inline QueryTiling aligned_query_tiling(int seq_q, int key_begin, int key_end,
+                                                            bool causal, int window, int block_m,
+                                                            int block_n) {
+  // 64-bit: a window near INT_MAX plus an offset must not wrap.
+  const int64_t offset = static_cast<int64_t>(key_end) - seq_q;  // row q sits at key q + offset
+  // The first row that sees a key (attention_mask.cuh's visibility): causal, the row whose
+  // diagonal reaches key_begin; a symmetric window, the row whose upper edge does; else row 0.
+  int64_t first = 0;
+  if (key_begin >= key_end) first = seq_q;
+  else if (causal) first = key_begin - offset;
+  else if (window > 0) first = key_begin - offset - window + 1;
+  first = first < 0 ? 0 : (first > seq_q ? seq_q : first);
+  QueryTiling t;
+  if (first >= seq_q) {  // no row sees a key: every row is zeros
+    t.base = seq_q;
+    t.work_tiles = 0;
+    t.zero_rows = seq_q;
+    return t;
+  }
+  // The row the tiling is anchored on (mod `align`): the diagonal of row `anchor` is key_begin;
+  // without causal a window's lower edge (rows [anchor, anchor + 128) have their first keys in
+  // one key tile); without either nothing is slanted, and tiles start at the first row.
+  const int64_t anchor = causal ? key_begin - offset : (window > 0 ? key_begin - offset + window : first);
+  const int align = block_m < block_n ? block_m : block_n;
+  int64_t shift = (first - anchor) % align;
+  if (shift < 0) shift += align;
+  int64_t base = first - shift;
+  // Unless that takes one query tile more than tiles from zero do: after a long cache (a chunk
+  // of S_q 1024 at an offset of 5976) the extra tile's rows see the whole cache, some 47 key
+  // tiles, to save one masked tile in each of 8 query tiles. Then tiles from zero, from the
+  // first that has a row seeing a key.
+  const int64_t base_from_zero = first - first % block_m;
+  if ((seq_q - base + block_m - 1) / block_m > (seq_q - base_from_zero + block_m - 1) / block_m)
+    base = base_from_zero;
+  t.base = static_cast<int>(base);
+  t.work_tiles = static_cast<int>((seq_q - base + block_m - 1) / block_m);
+  t.zero_rows = t.base > 0 ? t.base : 0;
+  return t;
+}
 
 // ---------------------------------------------------------------------------------------
 // Tile configuration
@@ -203,6 +287,12 @@ struct Tile {
   // warpgroup has no registers to spare for the mask's loads (at head_dim 64 three v2 CTAs
   // share an SM at <= 168 registers a thread; with the loads ptxas spilled there).
   static constexpr bool kMaskTensor = kGeneral && kVersion == 5;
+  // The aligned variant tiling (VariantTiling): each CTA's first query row and first key then
+  // come from the key lengths, two values a consumer keeps through its key loop instead of
+  // recomputing them from blockIdx. Head_dim 256's general v5 has no registers for them (ptxas:
+  // 32 bytes of spills, where its consumers already use 237 of their 240), so it tiles variants
+  // from zero; its empty CTAs are still skipped.
+  static constexpr bool kAlignVariants = kGeneral && kHeadDim != 256;
   static constexpr bool kTma = kVersion >= 2;
   static constexpr bool kWarpSpecialized = kVersion >= 3;
   static constexpr bool kIntraOverlap = kVersion >= 4;  // softmax[j] overlaps P[j-1] V[j-1]
@@ -875,6 +965,11 @@ __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 8 * h;
       const int2 keys = mask.visible_keys(row);
+      // The row's visible keys counted from this thread's first column (col0): each element
+      // compares its column 8c + e, a constant, with them: two comparisons and a select. (With
+      // key = col0 + 8c + e compared instead, the SASS also computed each of the thread's 32 keys
+      // with an add of its own, on every masked tile.)
+      const int lo = keys.x - col0, hi = keys.y - col0;
       // Rows >= S_q (the padding of the last query tile, never stored) read no mask element.
       const bool read_tensor = kMaskKind != attn::kNoMask && row < mask.seq_q;
       const int64_t row_offset = static_cast<int64_t>(row) * mask.mask_stride_q;
@@ -882,11 +977,12 @@ __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
       for (int c = 0; c < Cfg::kBlockN / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int key = col0 + 8 * c + e;
+          const int col = 8 * c + e;
           float& score = s[4 * c + 2 * h + e];
-          if (key < keys.x || key >= keys.y) {
+          if (col < lo || col >= hi) {
             score = -INFINITY;
           } else if (read_tensor) {  // key < S_k here: the element exists
+            const int key = col0 + col;
             const float bias = attn::mask_value(mask.mask_head, kMaskKind, row_offset + key * mask.mask_stride_k);
             if (bias == -INFINITY) score = -INFINITY;
             else if (kMaskKind != attn::kBoolMask) score = fmaf(bias, mask.mask_scale, score);
@@ -1015,7 +1111,7 @@ __device__ __forceinline__ void compute_pv(RowState<Cfg>& st, const float (&p)[C
 // The epilogue of one warpgroup: O / l rounded to the element type, staged through this
 // warpgroup's rows of the (no longer needed) Q tile in the same swizzled layout (the 4-byte
 // stores of a warp hit 8 rows in 8 different bank groups), then copied out with coalesced
-// 16-byte stores; rows >= seq_q are not written, nor columns >= p.head_dim (head_dim 96 on
+// 16-byte stores; rows outside [0, seq_q) are not written, nor columns >= p.head_dim (head_dim 96 on
 // the 128 tile: its columns 96..127 are P times V's zero-filled columns). Also the base-2 LSE
 // when asked for.
 template <typename Element, typename Cfg>
@@ -1025,7 +1121,7 @@ __device__ __forceinline__ void write_output(const Params& p, const RowState<Cfg
                                              int64_t head, int thread_in_wg) {
   // BEGIN SOLUTION kernel
   // HINT: O / l (l summed over the quad) rounded to Element, staged in the Q tile's rows of this
-  // HINT: warpgroup, then 16-byte stores of the rows < seq_q; the LSE when p.lse is set.
+  // HINT: warpgroup, then 16-byte stores of the rows in [0, seq_q); the LSE when p.lse is set.
   using Ops = mma_attn::ElementOps<Element>;
   const int warp = thread_in_wg >> 5;
   const int lane = thread_in_wg & 31;
@@ -1052,7 +1148,10 @@ __device__ __forceinline__ void write_output(const Params& p, const RowState<Cfg
       }
     }
     const int row = wg_row0 + 16 * warp + g + 8 * h;
-    if (p.lse != nullptr && q == 0 && m_start + row < p.seq_q) p.lse[bh * p.seq_q + m_start + row] = lse2;
+    // (An aligned variant tiling's first tile may start above row 0: rows < 0 are not stored.)
+    const int grow = m_start + row;
+    const bool stored = (!Cfg::kAlignVariants || grow >= 0) && grow < p.seq_q;
+    if (p.lse != nullptr && q == 0 && stored) p.lse[bh * p.seq_q + grow] = lse2;
 #pragma unroll
     for (int c = 0; c < Cfg::kHeadDim / 8; ++c) {
       const uint32_t packed = Ops::pack(st.o[4 * c + 2 * h] * inv_l, st.o[4 * c + 2 * h + 1] * inv_l);
@@ -1069,7 +1168,7 @@ __device__ __forceinline__ void write_output(const Params& p, const RowState<Cfg
     const int row = wg_row0 + idx / kChunks;
     const int chunk = idx % kChunks;
     const int grow = m_start + row;
-    if (grow < p.seq_q && chunk < chunks) {
+    if ((!Cfg::kAlignVariants || grow >= 0) && grow < p.seq_q && chunk < chunks) {
       const uint4 value =
           *reinterpret_cast<const uint4*>(smem_q_ptr + swizzled_offset<Cfg::kBlockM>(row, chunk));
       *reinterpret_cast<uint4*>(o_head + grow * p.o_row_stride + chunk * 8) = value;
@@ -1085,7 +1184,14 @@ __device__ __forceinline__ void write_output(const Params& p, const RowState<Cfg
 // What one CTA works on (uniform over the CTA).
 struct CtaWork {
   int64_t bh, batch, head, kv_head;
-  int m_start;         // first query row of the CTA tile
+  int m_start;         // first query row of the CTA tile (negative rows are never stored)
+  int key_base;        // key tile n is keys [key_base + n * kBlockN, ...): 0, or aligned tiling's
+                       // first key of the sequence (VariantTiling)
+  // False: no row of the CTA sees a key. It writes zeros to rows [m_start, zero_end) (possibly
+  // none) and returns before any barrier or copy (write_zero_rows): an empty query tile of a
+  // padded batch costs its stores, not a prologue.
+  bool computes;
+  int zero_end;
   int n_first;         // the lowest key tile any row of the CTA sees (a window's, left padding's)
   int n_tiles;         // key tiles of the interval: n_block = n_first + n_tiles - 1 down to n_first
   int unmasked_begin;  // key tiles in [unmasked_begin, unmasked_end) are visible to every row
@@ -1103,6 +1209,20 @@ struct CtaWork {
   }
 };
 
+// The first key of key tile n_block (the TMA's row coordinate of K and V, the mask's column).
+template <typename Cfg>
+__device__ __forceinline__ int first_key(const CtaWork& w, int n_block) {
+  return w.key_base + n_block * Cfg::kBlockN;
+}
+
+// A CTA with no key to compute: `rows` query rows from `first_row` on, to become zeros.
+__device__ __forceinline__ void set_zero_rows(CtaWork& w, int first_row, int rows) {
+  w.computes = false;
+  w.m_start = first_row;
+  w.zero_end = first_row + max(rows, 0);
+  w.n_first = w.n_tiles = w.unmasked_begin = w.unmasked_end = 0;
+}
+
 // The work of query tile m_tile of (batch, head) bh.
 template <typename Cfg>
 __device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int64_t bh) {
@@ -1112,6 +1232,9 @@ __device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int6
   w.head = w.bh % p.heads;
   w.kv_head = w.head / p.kv_group;  // GQA: the query heads of a group share K/V
   w.m_start = m_tile * Cfg::kBlockM;
+  w.key_base = 0;
+  w.computes = true;
+  w.zero_end = 0;
   w.summary = nullptr;
   attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
   if constexpr (Cfg::kMaskTensor) {
@@ -1122,14 +1245,36 @@ __device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int6
       mask.mask_head = nullptr;
     }
   }
+  if constexpr (Cfg::kAlignVariants) {
+    if (p.variant_tiling == kTilingAligned && p.mask.mask == nullptr) {
+      // Tiles aligned to this sequence's visible keys (aligned_query_tiling). The grid has a
+      // CTA for each work tile and each kBlockM rows before them that see no key, and spares
+      // (the host cannot read the key lengths): m_tile numbers the work tiles, then the zeros.
+      const QueryTiling t = aligned_query_tiling(mask.seq_q, mask.key_begin, mask.key_end, mask.causal,
+                                                 mask.window, Cfg::kBlockM, Cfg::kBlockN);
+      w.key_base = mask.key_begin;
+      if (m_tile >= t.work_tiles) {
+        const int first_row = min((m_tile - t.work_tiles) * Cfg::kBlockM, t.zero_rows);
+        set_zero_rows(w, first_row, min(Cfg::kBlockM, t.zero_rows - first_row));
+        return w;
+      }
+      w.m_start = t.base + m_tile * Cfg::kBlockM;
+    }
+  }
   const int q_last = w.m_start + Cfg::kBlockM - 1;
-  // Key tiles that no row of the CTA can see are never loaded (a window costs its tiles).
-  w.n_first = max(mask.keys_begin(w.m_start), 0) / Cfg::kBlockN;
-  const int n_end = max(w.n_first, (mask.keys_end(q_last) + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  // Key tiles that no row of the CTA can see are never loaded (a window costs its tiles). Tile
+  // indices count from key_base (keys_begin and the unmasked range start at or after it).
+  w.n_first = max(mask.keys_begin(w.m_start) - w.key_base, 0) / Cfg::kBlockN;
+  const int n_end = max(w.n_first, (mask.keys_end(q_last) - w.key_base + Cfg::kBlockN - 1) / Cfg::kBlockN);
   w.n_tiles = n_end - w.n_first;
   const int2 unmasked = mask.unmasked_keys(w.m_start, q_last);
-  w.unmasked_begin = (unmasked.x + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  w.unmasked_end = unmasked.y >= unmasked.x ? unmasked.y / Cfg::kBlockN : 0;
+  w.unmasked_begin = (unmasked.x - w.key_base + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  w.unmasked_end = unmasked.y >= unmasked.x ? (unmasked.y - w.key_base) / Cfg::kBlockN : 0;
+  if constexpr (Cfg::kGeneral) {
+    // No key tile in the interval: no row of the CTA sees a key (a mask tensor only hides more).
+    if (w.n_tiles == 0 && p.variant_tiling != kTilingFromZero)
+      set_zero_rows(w, max(w.m_start, 0), min(w.m_start + Cfg::kBlockM, mask.seq_q) - max(w.m_start, 0));
+  }
   return w;
 }
 
@@ -1190,7 +1335,7 @@ __device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], con
     for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = attn::softcap_score_fast(s[i], p.mask);
   }
   if (!w.needs_mask(n_block, kind)) return;
-  const int col0 = n_block * Cfg::kBlockN + col_in_tile;
+  const int col0 = first_key<Cfg>(w, n_block) + col_in_tile;
   if constexpr (Cfg::kGeneral) {
     // The general predicate is rebuilt here, on the tiles that need it, from the kernel's
     // parameters (constant memory): kept live across the key loop its ~17 registers made
@@ -1254,8 +1399,35 @@ template <typename Cfg>
 __device__ __forceinline__ void issue_kv_tile(uint32_t smem_stage, const CUtensorMap* map,
                                               uint32_t full_bar, int n_block, const CtaWork& w) {
   mbarrier_arrive_expect_tx(full_bar, Cfg::kKVBytes);
-  load_tile_tma<Cfg::kHeadDim, Cfg::kBlockN>(smem_stage, map, full_bar, n_block * Cfg::kBlockN,
+  load_tile_tma<Cfg::kHeadDim, Cfg::kBlockN>(smem_stage, map, full_bar, first_key<Cfg>(w, n_block),
                                              static_cast<int>(w.kv_head), static_cast<int>(w.batch));
+}
+
+// The lse of a row that sees no key, as write_output computes it from l = 0 and row max -inf:
+// -inf, or with an attention sink the sink's alone (attn::sink_term; keys = 0).
+__device__ __forceinline__ float empty_row_lse2(const Params& p, int64_t head) {
+  if (p.mask.sinks == nullptr) return -INFINITY;
+  const auto sink = attn::sink_term(p.mask.sinks[head], -INFINITY);
+  return sink.sink > 0.f ? sink.top + __log2f(sink.sink) : -INFINITY;
+}
+
+// A CTA whose rows see no key (CtaWork::computes false): zeros into rows [w.m_start, w.zero_end)
+// of O, 16 bytes per store from every thread, and the empty row's lse when one is asked for.
+// No barrier, no copy, no shared memory: the whole CTA returns right after.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void write_zero_rows(const Params& p, const CtaWork& w) {
+  Element* o_head = static_cast<Element*>(p.out) + w.batch * p.o_batch_stride + w.head * p.o_head_stride;
+  const int chunks = p.head_dim / 8;  // 16-byte chunks of a row
+  const int rows = w.zero_end - w.m_start;
+  for (int idx = threadIdx.x; idx < rows * chunks; idx += Cfg::kThreads) {
+    const int row = w.m_start + idx / chunks;
+    *reinterpret_cast<uint4*>(o_head + static_cast<int64_t>(row) * p.o_row_stride + (idx % chunks) * 8) =
+        make_uint4(0u, 0u, 0u, 0u);
+  }
+  if (p.lse != nullptr) {
+    const float lse2 = empty_row_lse2(p, w.head);
+    for (int r = threadIdx.x; r < rows; r += Cfg::kThreads) p.lse[w.bh * p.seq_q + w.m_start + r] = lse2;
+  }
 }
 
 // ---- v1: wgmma from shared memory, cp.async loads, one warpgroup ----
@@ -1735,6 +1907,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // batch * heads above 65535 spill into gridDim.z, which can overshoot: whole CTA, before any
   // barrier.
   if (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y >= p.batch_heads) return;
+  if constexpr (Cfg::kGeneral) {
+    // A variant's query tile whose rows see no key (a padded sequence's first rows, the spare
+    // CTAs of the aligned tiling) is decided here, before any barrier, copy or setmaxnreg: it
+    // writes its zeros and the whole CTA returns. (The version recomputes the same CtaWork.)
+    const CtaWork w = cta_work<Cfg>(p);
+    if (!w.computes) {
+      write_zero_rows<Element, Cfg>(p, w);
+      return;
+    }
+  }
   if constexpr (Cfg::kVersion == 1) {
     attention_v1<Element, Cfg>(p, smem_raw);
   } else if constexpr (Cfg::kVersion == 2) {
@@ -1806,6 +1988,7 @@ struct Launcher {
   bool tma = false;          // Cfg::kTma: the kernel reads tensor maps
   bool mask_tensor = false;  // Cfg::kMaskTensor: a mask tensor reaches it with its summary
   bool persistent = false;   // Cfg::kPersistent: one CTA per SM and a zeroed tile counter
+  bool align_variants = false;  // Cfg::kAlignVariants: may tile a variant aligned (VariantTiling)
   // What cudaFuncSetAttribute said to the kernel's opt-in to Cfg::kSmemBytes of dynamic
   // shared memory (asked once per process and instantiation).
   cudaError_t configured = cudaSuccess;
@@ -1836,6 +2019,7 @@ Launcher launcher() {
   l.tma = Cfg::kTma;
   l.mask_tensor = Cfg::kMaskTensor;
   l.persistent = Cfg::kPersistent;
+  l.align_variants = Cfg::kAlignVariants;
   l.configured = configured;
   l.launch = &launch_kernel<Element, Cfg>;
   return l;

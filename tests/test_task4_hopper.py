@@ -530,3 +530,63 @@ def test_the_routing_table_is_measured_and_covers_every_case(monkeypatch):
     assert attention._hopper_version(q, k, k, True, None) == 2            # by the table, S_k's bucket
     assert attention._hopper_version(q.half(), k.half(), k.half(), True, None) == \
         attention.HOPPER_VERSION[(128, True)]                              # by the rules
+
+
+# The general path's aligned variant tiling (flash_attention_hopper.cuh, VariantTiling): key
+# tiles from each sequence's first key, query tiles where the causal diagonal starts a key tile
+# (the first may start above row 0: a negative TMA row), CTAs whose rows see no key writing
+# zeros before any barrier. Each case in the three tilings ATTN_HOPPER_VARIANT_ALIGN selects
+# (0 from zero, 1 aligned, 2 from zero with the empty CTAs skipped), odd lengths, empty rows and
+# whole empty sequences, and the lse of v5 (-inf, or the sink's, where a row sees no key).
+def _aligned_tiling_cases():
+    def lens(*xs):
+        return torch.tensor(xs, dtype=torch.int32, device="cuda")
+    sinks = torch.linspace(-1, 2, 4, device="cuda")
+    return [  # (B, H_q, H_kv, S_q, S_k, D, variant kwargs)
+        (4, 4, 2, 333, 333, 128, dict(causal=True, key_lengths=lens(333, 296, 1, 0), left_padding=True)),
+        (4, 4, 2, 333, 333, 64, dict(causal=True, key_lengths=lens(333, 296, 1, 0))),
+        (3, 4, 4, 77, 300, 96, dict(causal=True, key_lengths=lens(300, 250, 60), left_padding=True)),
+        (3, 4, 4, 77, 300, 128, dict(causal=True, key_lengths=lens(300, 250, 60))),
+        (2, 4, 1, 300, 200, 64, dict(causal=True, key_lengths=lens(200, 129), sinks=sinks)),
+        (2, 4, 2, 100, 357, 128, dict(causal=True, window=100000)),     # tile 0 starts at row -1
+        (2, 2, 2, 700, 700, 128, dict(causal=True, window=300, key_lengths=lens(700, 451),
+                                      left_padding=True)),
+        (2, 2, 2, 513, 513, 64, dict(causal=False, window=64, key_lengths=lens(513, 200))),
+        (2, 4, 2, 257, 257, 256, dict(causal=True, key_lengths=lens(257, 100), left_padding=True)),
+        (2, 2, 2, 130, 130, 128, dict(causal=True, key_lengths=lens(0, 0))),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiling", ("0", "1", "2"))
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_aligned_variant_tiling(dtype, tiling, monkeypatch):
+    hopper = _hopper_or_skip()
+    import math
+
+    from common.checks import Check, assert_checks
+    from common.variants import Variant, check_variant, reference_lse_variant
+
+    monkeypatch.setenv("ATTN_HOPPER_VARIANT_ALIGN", tiling)
+    checks = []
+    for b, hq, hkv, sq, sk, d, kwargs in _aligned_tiling_cases():
+        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
+        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
+        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        variant = Variant(**kwargs)
+        name = f"tiling {tiling} {(b, hq, hkv, sq, sk, d)} {variant.describe()}"
+        call = {n: value for n, value in variant.kwargs().items() if n != "causal"}
+        for version in ((5,) if d == 256 else (2, 5)):
+            checks.append(check_variant(
+                f"v{version} {name}", lambda out, q=q, k=k, v=v, version=version, causal=variant.causal,
+                call=call: hopper.flash_attention_hopper(q, k, v, causal, version, out, **call),
+                q, k, v, variant))
+        lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+        hopper.flash_attention_hopper(q, k, v, variant.causal, 5, None, lse, **call)
+        ours, truth = lse.double() * math.log(2.0), reference_lse_variant(q, k, v, variant)
+        finite = torch.isfinite(truth)
+        same_inf = torch.equal(finite, torch.isfinite(ours)) and bool((ours[~finite] == float("-inf")).all())
+        err = (ours[finite] - truth[finite]).abs().max().item() if finite.any() else 0.0
+        checks.append(Check(f"v5 lse {name}", same_inf and err <= 1e-3,
+                            f"max |lse - lse64| {err:.1e}" + ("" if same_inf else "; -inf rows differ")))
+    assert_checks(checks)
