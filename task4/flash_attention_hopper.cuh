@@ -43,6 +43,13 @@
 //     needs an n80 wgmma and a summary of other than 128-key blocks; 64 keys keep the wgmma
 //     shapes and the summary we have. v7 (O's own 64 KB buffer) does not fit beside them, and
 //     v1's copy rounds need 8 rows per round; so 256 is built for v2 and v5 only.
+//     The 80-key tile is built too, for dense attention, as an experiment that
+//     ATTN_HOPPER_D256_TILE picks per call (flash_attention_hopper.cu): S is m64n80 (40
+//     registers, Wgmma<., 80>), P V 5 k16 steps; the softmax's fixed cost per tile (row max and
+//     sum shuffles, O's 128-register rescale, the barriers) and Q's re-read from shared memory
+//     are spread over 80 keys instead of 64. 96 keys would need 2 x 2 x 48 KB + 64 KB = 256 KB.
+//     On v5 (the turns) and on v4 with kRescaleOEarly: FlashAttention-3 turns the consumers'
+//     turns off above head_dim 128 (UseSchedulerBarrier) and rescales O while S computes.
 //   * Head_dim 96 (Phi-3) runs on the 128 instantiation: its tensor maps describe the tensor's
 //     real 96 columns while the boxes stay 64 columns wide, so the TMA writes zeros into
 //     columns 96..127 of Q, K and V (v1's copies do the same). S = Q K^T is exact, O's columns
@@ -271,7 +278,11 @@ __host__ __device__ inline QueryTiling aligned_query_tiling(int seq_q, int key_b
 // Tile configuration
 // ---------------------------------------------------------------------------------------
 
-template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false>
+// kBlockN_: keys per tile, 0 = the head_dim's own (128; 64 at 256). Head_dim 256 also has an
+// 80-key tile (FlashAttention-3's), for dense attention on v4 and v5, chosen per call by
+// ATTN_HOPPER_D256_TILE (flash_attention_hopper.cu, d256_tile; an experiment beside the 64-key
+// tile until measured).
+template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kVersion = kVersion_;
@@ -306,14 +317,22 @@ struct Tile {
 
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA
   // Keys per tile: 128, but 64 at head_dim 256, where a 128-key K or V tile is 64 KB and two
-  // stages of both beside a 128-row Q tile (64 KB) would not fit shared memory (see the header).
-  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  // stages of both beside a 128-row Q tile (64 KB) would not fit shared memory (see the header);
+  // or kBlockN_ (80 at head_dim 256: 40 KB per K or V tile, the CTA 224 KB of the 227).
+  static constexpr int kBlockN = kBlockN_ != 0 ? kBlockN_ : (kHeadDim == 256 ? 64 : 128);
   static constexpr int kStages = kTma ? 2 : 1;     // K/V buffers in the ring
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte column blocks of a row
   // The mask tensor's summary is kept per 128-key block whatever the tile (kSummaryKeys): a
-  // key tile reads the byte of the block it lies in (visited_tile).
-  static constexpr int kTilesPerSummaryBlock = kSummaryKeys / kBlockN;
-  static_assert(kSummaryKeys % kBlockN == 0, "a key tile lies inside one summary block");
+  // key tile reads the byte of the block it lies in (visited_tile). An 80-key tile may straddle
+  // two blocks, so it never meets a mask tensor (dense instantiations only, asserted below).
+  static constexpr int kTilesPerSummaryBlock = kMaskTensor ? kSummaryKeys / kBlockN : 1;
+  static_assert(!kMaskTensor || kSummaryKeys % kBlockN == 0, "a key tile lies inside one summary block");
+  // v4 at head_dim 256 (the 80-key tile's FlashAttention-3 schedule, no turns) scales O by the
+  // previous tile's correction between issuing S[j] = Q K[j]^T and P[j-1] V[j-1], so that O's
+  // 128 multiplies per thread run while the tensor cores compute S instead of between two
+  // products (FlashAttention-3's RescaleOBeforeGemm, on for head dims above 128). With turns
+  // (v5) the rescale would hold the turn, so v5 keeps it after the wait for P V.
+  static constexpr bool kRescaleOEarly = kIntraOverlap && !kPingPong && kHeadDim > 128;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) tile
   // Shared memory: Q | K stages | V stages | mbarriers. Every tile offset is a multiple of
@@ -335,9 +354,13 @@ struct Tile {
                 "the warpgroups' registers fit the register file");
   // (head_dim 96 runs on the 128 instantiation: the TMA zero-fills columns 96..127.)
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head_dim 64, 128 or 256");
-  static_assert(kHeadDim != 256 || kVersion == 2 || kVersion == 5,
+  static_assert(kHeadDim != 256 || kVersion == 2 || kVersion == 5 || (kVersion == 4 && kBlockN == 80),
                 "head_dim 256 is instantiated for versions 2 and 5 (v1's copy rounds and v7's O "
-                "buffer do not fit it)");
+                "buffer do not fit it), and v4 for the 80-key tile's schedule");
+  static_assert(kBlockN_ == 0 || (kHeadDim == 256 && kBlockN_ == 80 && !kGeneral &&
+                                  (kVersion == 4 || kVersion == 5)),
+                "the 80-key tile is head_dim 256's, dense, on v4 and v5 (Wgmma<., 80> has ss only)");
+  static_assert(kBlockN % 16 == 0, "O += P V steps over the tile's keys in k16");
   static_assert(kVersion != 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
   static_assert(!kPersistent || !kGeneral, "v7 runs dense attention");
   static_assert(!kSoftcap || (kGeneral && kVersion == 5), "the softcap runs on the general v5");
@@ -502,8 +525,8 @@ __device__ __forceinline__ void fence_registers(uint32_t (&r)[kRows][kCols]) {
 }
 
 // wgmma m64nNk16 with fp32 accumulators, for N in {64, 128} (and 256, rs only: O at head_dim
-// 256): ss takes A and B from shared memory (descriptors), rs takes A from registers.
-// `accumulate` = 0 overwrites D.
+// 256; 80, ss only: S on head_dim 256's 80-key tile): ss takes A and B from shared memory
+// (descriptors), rs takes A from registers. `accumulate` = 0 overwrites D.
 // kTransposeB = 0: B is K-major; 1: B is MN-major [gmma: imm-tnsp-b].
 template <typename Element, int kN>
 struct Wgmma;
@@ -669,6 +692,54 @@ struct Wgmma<__nv_bfloat16, 128> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+};
+
+template <>
+struct Wgmma<__half, 80> {
+  static constexpr int kRegs = 40;
+  // D[64 x 80] (+)= A[64 x 16] (shared, descriptor) * B[16 x 80] (shared, descriptor). Only
+  // S = Q K^T of head_dim 256's 80-key tile uses N = 80 (a multiple of 8, as wgmma's N must be
+  // for 16-bit inputs [ptx]), so only ss.
+  template <int kTransposeB>
+  static __device__ __forceinline__ void ss(float (&d)[40], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39"
+        "}, %40, %41, p, 1, 1, 0, %43;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
+  }
+};
+
+template <>
+struct Wgmma<__nv_bfloat16, 80> {
+  static constexpr int kRegs = 40;
+  // D[64 x 80] (+)= A[64 x 16] (shared, descriptor) * B[16 x 80] (shared, descriptor). Only
+  // S = Q K^T of head_dim 256's 80-key tile uses N = 80 (a multiple of 8, as wgmma's N must be
+  // for 16-bit inputs [ptx]), so only ss.
+  template <int kTransposeB>
+  static __device__ __forceinline__ void ss(float (&d)[40], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39"
+        "}, %40, %41, p, 1, 1, 0, %43;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransposeB));
   }
 };
 
@@ -1051,6 +1122,16 @@ __device__ __forceinline__ void rescale_o(RowState<Cfg>& st, const float (&corre
       st.o[4 * c + 2 * h] *= correction[h];
       st.o[4 * c + 2 * h + 1] *= correction[h];
     }
+}
+
+// kRescaleOEarly (Tile): O *= the last tile's correction right after S = Q K^T was issued, so
+// that the multiplies run while the tensor cores compute S. The fence pins them there: the
+// compiler may not hoist them above the issue (an asm volatile it cannot reorder with
+// fence_registers's) and issue_pv's fence keeps them before the next P V.
+template <typename Cfg>
+__device__ __forceinline__ void rescale_o_during_scores(RowState<Cfg>& st, const float (&correction)[2]) {
+  fence_registers(st.o);
+  rescale_o<Cfg>(st, correction);
 }
 
 template <typename Cfg>
@@ -1599,7 +1680,9 @@ __device__ __forceinline__ void release_q(uint32_t q_empty) { mbarrier_arrive(q_
 // consumers issue their wgmma in turn, so one's softmax runs while another's products occupy
 // the tensor cores. The last consumer hands consumer 0 the first turn, and skips its last
 // hand-over, so that every named barrier ends with as many arrivals as waits. v6 is v5 with
-// three consumers (head_dim 64). v7 calls it once per work tile: j0 is the key tiles the CTA
+// three consumers (head_dim 64). With Tile::kRescaleOEarly (v4 on head_dim 256's 80-key tile)
+// O is scaled by tile j-1's correction between the issues of S[j] and P[j-1] V[j-1] instead
+// of after the wait for P[j-2] V[j-2]: the same products, in the same order. v7 calls it once per work tile: j0 is the key tiles the CTA
 // visited before (the ring's stages and parities go on from there), `visited` gets this
 // tile's count, and each thread arrives on q_empty (when not 0) once its last S = Q K^T is in.
 template <typename Element, typename Cfg>
@@ -1663,6 +1746,7 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
     my_turn();
     issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage_of(j)));
+    if constexpr (Cfg::kRescaleOEarly) rescale_o_during_scores<Cfg>(st, correction);
     issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
     end_turn(false);
     next = visited_tile<Cfg>(w, n_block - 1, next_kind);
@@ -1687,7 +1771,7 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
       fence_registers(a);
       release_stage(smem.v_empty(stage_of(j - 1)), lane);
     }
-    rescale_o<Cfg>(st, correction);
+    if constexpr (!Cfg::kRescaleOEarly) rescale_o<Cfg>(st, correction);
     pack_p<Element, Cfg>(a, s);
   }
   // Q is read no more (the last S is in): v7's producer may load the next tile's.
@@ -1696,6 +1780,7 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   // The last tile's P V (tile j - 1: j tiles were visited).
   mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
   my_turn();
+  if constexpr (Cfg::kRescaleOEarly) rescale_o<Cfg>(st, correction);
   issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
   end_turn(true);
   wgmma_wait<0>();
@@ -2064,6 +2149,16 @@ Launcher dispatch_general(const Params& p, int64_t version) {
   return launcher<Element, Tile<kHeadDim, 5, true>>();
 }
 
+// Head_dim 256's 80-key tile (FlashAttention-3's), dense attention only: `schedule` 5 = v5 (the
+// consumers' turns), 4 = v4 with O rescaled while S computes (FlashAttention-3's schedule at
+// 256). The host picks it per call (ATTN_HOPPER_D256_TILE) for a dense v5 call at 256: two
+// kernels per element type, built beside the 64-key tile until a measurement decides.
+template <typename Element>
+Launcher dispatch_d256_tile80(int schedule) {
+  if (schedule == 4) return launcher<Element, Tile<256, 4, false, false, 80>>();
+  return launcher<Element, Tile<256, 5, false, false, 80>>();
+}
+
 // Each compiled in one file, flash_attention_hopper_fp16.cu or _bf16.cu; a file that includes
 // this header instantiates none of them (head_dim 96 runs on 128's).
 extern template Launcher dispatch_version<__half, 64>(int64_t version);
@@ -2072,11 +2167,13 @@ extern template Launcher dispatch_version<__half, 128>(int64_t version);
 extern template Launcher dispatch_general<__half, 128>(const Params& p, int64_t version);
 extern template Launcher dispatch_version<__half, 256>(int64_t version);
 extern template Launcher dispatch_general<__half, 256>(const Params& p, int64_t version);
+extern template Launcher dispatch_d256_tile80<__half>(int schedule);
 extern template Launcher dispatch_version<__nv_bfloat16, 64>(int64_t version);
 extern template Launcher dispatch_general<__nv_bfloat16, 64>(const Params& p, int64_t version);
 extern template Launcher dispatch_version<__nv_bfloat16, 128>(int64_t version);
 extern template Launcher dispatch_general<__nv_bfloat16, 128>(const Params& p, int64_t version);
 extern template Launcher dispatch_version<__nv_bfloat16, 256>(int64_t version);
 extern template Launcher dispatch_general<__nv_bfloat16, 256>(const Params& p, int64_t version);
+extern template Launcher dispatch_d256_tile80<__nv_bfloat16>(int schedule);
 
 }  // namespace hopper_attn

@@ -17,5 +17,6 @@ template Launcher dispatch_version<__nv_bfloat16, 128>(int64_t version);
 template Launcher dispatch_general<__nv_bfloat16, 128>(const Params& p, int64_t version);
 template Launcher dispatch_version<__nv_bfloat16, 256>(int64_t version);
 template Launcher dispatch_general<__nv_bfloat16, 256>(const Params& p, int64_t version);
+template Launcher dispatch_d256_tile80<__nv_bfloat16>(int schedule);
 
 }  // namespace hopper_attn

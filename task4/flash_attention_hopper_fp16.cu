@@ -17,5 +17,6 @@ template Launcher dispatch_version<__half, 128>(int64_t version);
 template Launcher dispatch_general<__half, 128>(const Params& p, int64_t version);
 template Launcher dispatch_version<__half, 256>(int64_t version);
 template Launcher dispatch_general<__half, 256>(const Params& p, int64_t version);
+template Launcher dispatch_d256_tile80<__half>(int schedule);
 
 }  // namespace hopper_attn

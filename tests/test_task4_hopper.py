@@ -29,9 +29,10 @@ SOURCES = [REPO_ROOT / "task4" / name for name in (
     "flash_attention_hopper.cu", "flash_attention_hopper_fp16.cu", "flash_attention_hopper_bf16.cu")]
 # 2 dtypes x (head_dim 64: v1-v7, 128: v1-v5 and v7) dense, + 2 dtypes x 2 head dims x (v2, v5)
 # with the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the
-# softcap, + head_dim 256's own tile: 2 dtypes x (v2, v5 dense, v5 general, v5 softcap). Head_dim
-# 96 runs on the 128 instantiations.
-EXPECTED_KERNELS = 26 + 8 + 4 + 8
+# softcap, + head_dim 256's own tile: 2 dtypes x (v2, v5 dense, v5 general, v5 softcap), + its
+# 80-key tile (ATTN_HOPPER_D256_TILE): 2 dtypes x (v4, v5) dense. Head_dim 96 runs on the 128
+# instantiations.
+EXPECTED_KERNELS = 26 + 8 + 4 + 8 + 4
 
 
 def _need_nvcc() -> str:
@@ -169,6 +170,44 @@ def test_version_matches_float64(version, dtype):
             f"v{version} {case}", lambda out, q=q, k=k, v=v, causal=causal:
             hopper.flash_attention_hopper(q, k, v, causal, version, out), q, k, v,
             Variant(causal=causal)))
+    assert_checks(checks)
+
+
+# Head_dim 256's 80-key tile (ATTN_HOPPER_D256_TILE, read per call by the host entry): key tiles
+# no longer powers of two, so the causal diagonal, the sequence end and S_q != S_k land anywhere
+# in a tile. "80" (v5) and "80fa3" (v4, O rescaled early: the same products in the same order)
+# against float64 and bit-identical to each other; a variant ignores the variable (64-key tile);
+# an unknown value raises.
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_head_dim_256_tile80_matches_float64(dtype, monkeypatch):
+    hopper = _hopper_or_skip()
+    from common.checks import Check, assert_checks
+    from common.variants import Variant, check_variant
+
+    checks = []
+    cases = [c for c in _cases() if c[5] == 256] + [(1, 2, 2, 161, 161, 256, True, "contiguous"),
+                                                    (1, 2, 2, 80, 241, 256, True, "contiguous")]
+    for case in cases:
+        q, k, v, causal = _make(case, dtype)
+        outs = {}
+        for tile in ("80", "80fa3"):
+            monkeypatch.setenv("ATTN_HOPPER_D256_TILE", tile)
+            checks.append(check_variant(
+                f"tile {tile} {case}", lambda out, q=q, k=k, v=v, causal=causal:
+                hopper.flash_attention_hopper(q, k, v, causal, 5, out), q, k, v, Variant(causal=causal)))
+            outs[tile] = hopper.flash_attention_hopper(q, k, v, causal, 5)
+        checks.append(Check(f"tile 80fa3 == 80 bit for bit {case}",
+                            bool(torch.equal(outs["80"].view(torch.int16), outs["80fa3"].view(torch.int16)))))
+    q, k, v, _ = _make((1, 2, 2, 300, 300, 256, True, "contiguous"), dtype)
+    monkeypatch.setenv("ATTN_HOPPER_D256_TILE", "80")
+    variant = Variant(causal=True, window=100)
+    checks.append(check_variant("tile 80 set, a window (64-key tile)", lambda out:
+                                hopper.flash_attention_hopper(q, k, v, True, 5, out, window=100),
+                                q, k, v, variant))
+    monkeypatch.setenv("ATTN_HOPPER_D256_TILE", "96")
+    with pytest.raises(ValueError, match="ATTN_HOPPER_D256_TILE"):
+        hopper.flash_attention_hopper(q, k, v, True, 5)
     assert_checks(checks)
 
 
