@@ -43,8 +43,9 @@
 //     needs an n80 wgmma and a summary of other than 128-key blocks; 64 keys keep the wgmma
 //     shapes and the summary we have. v7 (O's own 64 KB buffer) does not fit beside them, and
 //     v1's copy rounds need 8 rows per round; so 256 is built for v2 and v5 only.
-//     The 80-key tile is built too, for dense attention, as an experiment that
-//     ATTN_HOPPER_D256_TILE picks per call (flash_attention_hopper.cu): S is m64n80 (40
+//     Dense attention at 256 runs on an 80-key tile after all (measured faster:
+//     flash_attention_hopper.cu's d256_tile80_schedule; the 64-key tile stays for variants and
+//     for ATTN_HOPPER_D256_TILE=64): S is m64n80 (40
 //     registers, Wgmma<., 80>), P V 5 k16 steps; the softmax's fixed cost per tile (row max and
 //     sum shuffles, O's 128-register rescale, the barriers) and Q's re-read from shared memory
 //     are spread over 80 keys instead of 64. 96 keys would need 2 x 2 x 48 KB + 64 KB = 256 KB.
@@ -279,9 +280,8 @@ __host__ __device__ inline QueryTiling aligned_query_tiling(int seq_q, int key_b
 // ---------------------------------------------------------------------------------------
 
 // kBlockN_: keys per tile, 0 = the head_dim's own (128; 64 at 256). Head_dim 256 also has an
-// 80-key tile (FlashAttention-3's), for dense attention on v4 and v5, chosen per call by
-// ATTN_HOPPER_D256_TILE (flash_attention_hopper.cu, d256_tile; an experiment beside the 64-key
-// tile until measured).
+// 80-key tile (FlashAttention-3's), for dense attention on v4 (the default at 256) and v5
+// (ATTN_HOPPER_D256_TILE=80; flash_attention_hopper.cu, d256_tile80_schedule).
 template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
@@ -2151,8 +2151,7 @@ Launcher dispatch_general(const Params& p, int64_t version) {
 
 // Head_dim 256's 80-key tile (FlashAttention-3's), dense attention only: `schedule` 5 = v5 (the
 // consumers' turns), 4 = v4 with O rescaled while S computes (FlashAttention-3's schedule at
-// 256). The host picks it per call (ATTN_HOPPER_D256_TILE) for a dense v5 call at 256: two
-// kernels per element type, built beside the 64-key tile until a measurement decides.
+// 256, what a dense v5 call at 256 runs). ATTN_HOPPER_D256_TILE=80 picks v5's, for A/B runs.
 template <typename Element>
 Launcher dispatch_d256_tile80(int schedule) {
   if (schedule == 4) return launcher<Element, Tile<256, 4, false, false, 80>>();

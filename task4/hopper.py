@@ -14,9 +14,9 @@ each consumer's softmax overlapping its own P V product, 5 = 4 with the two cons
 turns at the tensor cores (ping-pong), 6 = 5 with three consumer warpgroups (head_dim 64 only),
 7 = 5 persistent. Head dims 64 and 128 run every rung that takes them, 96 runs on the 128 tile
 (columns 96..127 zero-filled) on all but v6, 256 has a 64-key tile of its own on versions 2 and
-5 (`takes_head_dim`); ATTN_HOPPER_D256_TILE=80 (v5) or 80fa3 (v4's loop, FlashAttention-3's
-schedule at 256), read on every call, runs a dense version-5 call at 256 on an 80-key tile
-instead (an experiment, beside the 64-key tile until measured). Cases the kernel does not
+5 (`takes_head_dim`), and a dense version-5 call at 256 runs on an 80-key tile with v4's loop
+and O rescaled while S computes (FlashAttention-3's schedule at 256; ATTN_HOPPER_D256_TILE=64 or
+80, read on every call, picks the 64-key tile or the 80-key tile on v5's turns, for A/B runs). Cases the kernel does not
 take (other head dims, a stride, fp32, unaligned strides) are refused by `supports`; callers
 fall back to the mma.sync kernel (task4.attention.flash_attention).
 Windows, key lengths, mask tensors (bool or additive, summarised per 128 x 128 tile so that

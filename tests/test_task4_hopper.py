@@ -175,9 +175,9 @@ def test_version_matches_float64(version, dtype):
 
 # Head_dim 256's 80-key tile (ATTN_HOPPER_D256_TILE, read per call by the host entry): key tiles
 # no longer powers of two, so the causal diagonal, the sequence end and S_q != S_k land anywhere
-# in a tile. "80" (v5) and "80fa3" (v4, O rescaled early: the same products in the same order)
-# against float64 and bit-identical to each other; a variant ignores the variable (64-key tile);
-# an unknown value raises.
+# in a tile. "80" (v5) and "80fa3" (v4, O rescaled early, the default: the same products in the
+# same order) against float64 and bit-identical to each other, "64" (the 64-key tile, kept for
+# A/B runs) against float64; a variant ignores the variable (64-key tile); an unknown value raises.
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_head_dim_256_tile80_matches_float64(dtype, monkeypatch):
@@ -191,7 +191,7 @@ def test_head_dim_256_tile80_matches_float64(dtype, monkeypatch):
     for case in cases:
         q, k, v, causal = _make(case, dtype)
         outs = {}
-        for tile in ("80", "80fa3"):
+        for tile in ("64", "80", "80fa3"):
             monkeypatch.setenv("ATTN_HOPPER_D256_TILE", tile)
             checks.append(check_variant(
                 f"tile {tile} {case}", lambda out, q=q, k=k, v=v, causal=causal:
