@@ -115,32 +115,6 @@ bool backward_layout_2d(int padded_dim, bool general) {
   return optin >= mma_bwd::backward_2d_smem_bytes(padded_dim, general);
 }
 
-// The 2-D kernel's experiment (mma_bwd::Bwd2dOptions), ATTN_BWD_2D_OPTS read on every call
-// like ATTN_BWD_LAYOUT so that one process can A/B it: a comma-separated list whose one item
-// is "lse_async" (each query tile's lse2 and D staged by cp.async with its Q and dO); unset or
-// empty, the default kernel. It gives the same dK and dV bit for bit (dQ: the same sums, added
-// in another order); the general instantiation (windows, key lengths, masks, softcap, stride)
-// ignores it.
-mma_bwd::Bwd2dOptions backward_2d_options() {
-  mma_bwd::Bwd2dOptions options;
-  const char* env = std::getenv("ATTN_BWD_2D_OPTS");
-  if (env == nullptr) return options;
-  const char* item = env;
-  while (*item != '\0') {
-    const char* end = std::strchr(item, ',');
-    const size_t length = end ? static_cast<size_t>(end - item) : std::strlen(item);
-    const auto is = [&](const char* name) {
-      return length == std::strlen(name) && std::strncmp(item, name, length) == 0;
-    };
-    if (is("lse_async")) options.lse_async = true;
-    else
-      TORCH_CHECK_VALUE(length == 0, attn::str("ATTN_BWD_2D_OPTS must be a comma-separated list of "
-                        "\"lse_async\" (or unset) but is \"", env, "\"."));
-    item += length + (end ? 1 : 0);
-  }
-  return options;
-}
-
 }  // namespace
 
 // fp16/bf16 FlashAttention-2 backward: q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D], out and d_out
@@ -283,13 +257,12 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
   const char* error = nullptr;
   const bool layout_2d = !deterministic && backward_layout_2d(padded_dim, p.mask.general());
   if (layout_2d) {
-    const mma_bwd::Bwd2dOptions options = backward_2d_options();
     if (padded_dim == 64) {
-      error = fp16 ? mma_bwd::backward_2d_fp16_d64(p, options, stream)
-                   : mma_bwd::backward_2d_bf16_d64(p, options, stream);
+      error = fp16 ? mma_bwd::backward_2d_fp16_d64(p, stream)
+                   : mma_bwd::backward_2d_bf16_d64(p, stream);
     } else {
-      error = fp16 ? mma_bwd::backward_2d_fp16_d128(p, options, stream)
-                   : mma_bwd::backward_2d_bf16_d128(p, options, stream);
+      error = fp16 ? mma_bwd::backward_2d_fp16_d128(p, stream)
+                   : mma_bwd::backward_2d_bf16_d128(p, stream);
     }
   } else if (padded_dim == 64) {
     error = fp16 ? mma_bwd::backward_fp16_d64(p, deterministic, stream)

@@ -53,9 +53,9 @@
 //   4. P^T and dS^T by stmatrix on sm_90 (store_score_tile_row): a quarter of the store
 //      instructions. Tried beside it: lse2 and D from global memory into registers instead of
 //      shared memory (FlashAttention-2's way): within about 1% at D = 128, 2-7% slower at
-//      D = 64, and slower with stmatrix than stmatrix alone.
-//   next (an experiment, ATTN_BWD_2D_OPTS=lse_async): lse2 and D staged by cp.async
-//      (copy_column_values_async), so that no warp waits on their global loads mid-tile.
+//      D = 64, and slower with stmatrix than stmatrix alone. Tried after it: lse2 and D
+//      staged by cp.async with Q and dO, so that no warp waits on their global loads mid-tile:
+//      slower, and removed.
 //
 // Measured speed: Results.md / task4/NOTES.md. No number is written here.
 
@@ -411,20 +411,6 @@ struct ScoreColumns {
     }
     // END SOLUTION
   }
-  // lse2 = +inf in the columns at or past seq_q (query0: the warp's first query), the value
-  // load_query_rows stages there; for a stage whose copies wrote zeros (the lse_async option:
-  // copy_column_values_async). D is zero there either way.
-  __device__ __forceinline__ void set_past_end(int query0, int seq_q, int lane) {
-    // BEGIN SOLUTION kernel
-    // HINT: Optional extension (the 2-D backward): per n8 tile j, columns query0 + 8j + 2t, + 1.
-    const int t2 = 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < Cfg::kScoreNTiles; ++j) {
-      if (query0 + 8 * j + t2 >= seq_q) lse2[j].x = INFINITY;
-      if (query0 + 8 * j + t2 + 1 >= seq_q) lse2[j].y = INFINITY;
-    }
-    // END SOLUTION
-  }
 };
 
 template <typename Cfg>
@@ -527,64 +513,19 @@ __device__ __forceinline__ void store_gradient_block(
   // END SOLUTION
 }
 
-// 4 bytes global -> shared (cp.async.ca: the only form of that size). With pred false,
-// src-size 0: the hardware writes 4 zero bytes and reads nothing; the caller still passes a
-// valid address.
-__device__ __forceinline__ void cp_async_4(uint32_t smem, const void* gmem, bool pred) {
-  const int src_bytes = pred ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem),
-               "r"(src_bytes));
-}
-
-// A query tile's lse2 and D into a stage by 4-byte cp.async (the lse_async option), zero past
-// seq_q (ScoreColumns::set_past_end makes lse2 +inf there). Why: load_query_rows reads them with
-// plain loads and stores them at once, so the threads that stage them (the first kBlockQueries)
-// wait one global-memory latency per query tile before their score products, and the other
-// warps wait for them at the P^T/dS^T barrier; copied like Q and dO, nothing waits for them
-// before the tile's first barrier. lse2_dst / delta_dst: the stage's arrays.
-template <typename Cfg>
-__device__ __forceinline__ void copy_column_values_async(const BwdParams& p, uint32_t lse2_dst,
-                                                         uint32_t delta_dst, int batch, int head,
-                                                         int start, int tid) {
-  // BEGIN SOLUTION kernel
-  // HINT: Optional extension (the 2-D backward): thread c < kBlockQueries: cp_async_4 lse2 and
-  // HINT: D of query start + c into element c, src-size 0 past seq_q.
-  static_assert(Cfg::kBlockQueries <= Cfg::kThreads, "one query per thread");
-  if (tid < Cfg::kBlockQueries) {
-    const int query = start + tid;
-    const bool real = query < p.seq_q;
-    const int64_t at = (static_cast<int64_t>(batch) * p.heads + head) * p.seq_q +
-                       (real ? query : 0);  // a valid address either way
-    cp_async_4(lse2_dst + 4 * tid, p.lse2 + at, real);
-    cp_async_4(delta_dst + 4 * tid, p.delta + at, real);
-  }
-  // END SOLUTION
-}
-
-// One query tile into `stage` of the 2-D kernel's shared memory: Q and dO by cp.async, lse2
-// and D by load_query_rows' loads and stores, or (kAsyncColumns) by cp.async as well.
-template <typename Element, typename Cfg, bool kAsyncColumns>
+// One query tile into `stage` of the 2-D kernel's shared memory (load_query_rows): Q and dO by
+// cp.async, lse2 and D by plain loads and stores.
+template <typename Element, typename Cfg>
 __device__ __forceinline__ void load_query_tile_2d(const BwdParams& p, uint32_t smem,
                                                    unsigned char* smem_ptr, int stage, int batch,
                                                    int kv_head, const QueryTileCursor& tile,
                                                    int tid) {
   using Layout = Bwd2dSmem<Cfg>;
-  if constexpr (kAsyncColumns) {
-    const int head = kv_head * p.kv_group + tile.group;
-    copy_query_operands<Element, Cfg, Cfg::kBlockQueries>(p, smem + Layout::q(stage),
-                                                          smem + Layout::d_out(stage), batch,
-                                                          head, tile.start, tid);
-    copy_column_values_async<Cfg>(p, smem + Layout::lse + stage * Cfg::kBlockQueries * 4,
-                                  smem + Layout::delta + stage * Cfg::kBlockQueries * 4, batch,
-                                  head, tile.start, tid);
-    cp_async_commit();
-  } else {
-    load_query_rows<Element, Cfg, Cfg::kBlockQueries>(
-        p, smem + Layout::q(stage), smem + Layout::d_out(stage),
-        reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockQueries,
-        reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockQueries, batch,
-        kv_head, tile, tid);
-  }
+  load_query_rows<Element, Cfg, Cfg::kBlockQueries>(
+      p, smem + Layout::q(stage), smem + Layout::d_out(stage),
+      reinterpret_cast<float*>(smem_ptr + Layout::lse) + stage * Cfg::kBlockQueries,
+      reinterpret_cast<float*>(smem_ptr + Layout::delta) + stage * Cfg::kBlockQueries, batch,
+      kv_head, tile, tid);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -658,19 +599,9 @@ __device__ __forceinline__ void add_tile_dq(const BwdParams& p, uint32_t smem, i
 // tile's copies in flight under the current one's math). Two barriers per query tile: one
 // before the tile's Q and dO are read (its copies landed; every warp is done with the previous
 // tile's stage and score tiles), one between writing P^T and dS^T and reading them.
-// One experiment of the default instantiation (Bwd2dOptions, ATTN_BWD_2D_OPTS=lse_async), which
-// changes only how lse2 and D reach the stage, not a value or the arithmetic:
-//   kAsyncColumns  lse2 and D copied by cp.async with Q and dO (copy_column_values_async) instead
-//                  of loaded and stored by the first kBlockQueries threads, which then wait a
-//                  global-memory latency at the top of every query tile (the SASS: the store
-//                  follows its load within a few instructions) while the other warps reach the
-//                  P^T/dS^T barrier first (ncu, results/logs/h100_backward_ncu_{2d,fa2}_d128.txt:
-//                  0.50 barrier stalls per instruction against FlashAttention-2's 0.25, which
-//                  loads the next tile's values into registers under its dK product).
-template <typename Element, typename Cfg, bool kGeneral, bool kAsyncColumns = false>
+template <typename Element, typename Cfg, bool kGeneral>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     flash_backward_2d_kernel(const BwdParams p) {
-  static_assert(!kGeneral || !kAsyncColumns, "lse_async: the default instantiation only");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   // BEGIN SOLUTION kernel
   // HINT: Optional extension (the 2-D backward): load K and V; walk the query tiles with
@@ -702,9 +633,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   cp_async_commit();
   QueryTileCursor tile{-1, 0, 0};
   bool have = tile.advance<Cfg, kGeneral>(p, batch, kv_head, kv_start);
-  if (have)
-    load_query_tile_2d<Element, Cfg, kAsyncColumns>(p, smem, smem_ptr, 0, batch, kv_head, tile,
-                                                    tid);
+  if (have) load_query_tile_2d<Element, Cfg>(p, smem, smem_ptr, 0, batch, kv_head, tile, tid);
 
   float dk[Cfg::kGradMTiles][Cfg::kGradNTiles][4], dv[Cfg::kGradMTiles][Cfg::kGradNTiles][4];
 #pragma unroll
@@ -723,8 +652,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     cp_async_wait<0>();
     __syncthreads();
     if (have_next)
-      load_query_tile_2d<Element, Cfg, kAsyncColumns>(p, smem, smem_ptr, stage ^ 1, batch,
-                                                      kv_head, next, tid);
+      load_query_tile_2d<Element, Cfg>(p, smem, smem_ptr, stage ^ 1, batch, kv_head, next, tid);
     const uint32_t q_tile = smem + Layout::q(stage);
     const uint32_t do_tile = smem + Layout::d_out(stage);
     // This warp's blocks, from a fresh thread index: values derived from it are recomputed
@@ -757,7 +685,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // held beside its mask fields).
     ScoreColumns<Cfg, !kGeneral> cols;
     if constexpr (!kGeneral) cols.load_shared(col_lse2, col_delta, lane);
-    if constexpr (kAsyncColumns) cols.set_past_end(query0, p.seq_q, lane);
 #pragma unroll
     for (int mi = 0; mi < Cfg::kScoreMTiles; ++mi) {
       float slope[kGeneral ? Cfg::kScoreNTiles : 1][4];
@@ -811,7 +738,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 // The 2-D kernel then the conversion of dQ on `stream` (the preprocess has run; p.dq_accum
 // zeroed). Returns an error sentence, or nullptr.
-template <typename Element, typename Cfg, bool kGeneral, bool kAsyncColumns = false>
+template <typename Element, typename Cfg, bool kGeneral>
 const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
   static_assert(Cfg::kBlockQueries <= kDqAccumExtraRows, "dq_accum rows past S_q");
   const int64_t kv_rows = static_cast<int64_t>(p.batch) * p.kv_heads;
@@ -821,7 +748,7 @@ const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
     return "the 2-D backward needs a zeroed float32 dq_accum [B, H_q, S_q + kDqAccumExtraRows, "
            "padded_head_dim(head_dim)]";
   constexpr int kSmem = Bwd2dSmem<Cfg>::bytes;
-  auto kernel = flash_backward_2d_kernel<Element, Cfg, kGeneral, kAsyncColumns>;
+  auto kernel = flash_backward_2d_kernel<Element, Cfg, kGeneral>;
   if (const char* err = allow_smem(kernel, kSmem)) return err;
   const dim3 grid((p.seq_k + Cfg::kBlockKeys - 1) / Cfg::kBlockKeys, static_cast<unsigned>(kv_rows));
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(p);
@@ -830,20 +757,12 @@ const char* launch_backward_2d(const BwdParams& p, cudaStream_t stream) {
   return nullptr;
 }
 
-// The experiment of the default instantiation (flash_backward_2d_kernel's kAsyncColumns),
-// chosen per call by ATTN_BWD_2D_OPTS (flash_backward_mma.cu); off: the default kernel. The
-// general instantiation ignores it.
-struct Bwd2dOptions {
-  bool lse_async = false;  // "lse_async"
-};
-
 // CfgGeneral: the tile of the general instantiation (p.mask.general(): window, key lengths,
 // mask tensor, stride, softcap, sinks), whose mask fields and softcap slope need registers.
 template <typename Element, typename Cfg, typename CfgGeneral>
-const char* run_backward_2d(const BwdParams& p, const Bwd2dOptions& options, cudaStream_t stream) {
+const char* run_backward_2d(const BwdParams& p, cudaStream_t stream) {
   if (p.mask.general()) return launch_backward_2d<Element, CfgGeneral, true>(p, stream);
-  return options.lse_async ? launch_backward_2d<Element, Cfg, false, true>(p, stream)
-                           : launch_backward_2d<Element, Cfg, false>(p, stream);
+  return launch_backward_2d<Element, Cfg, false>(p, stream);
 }
 
 // The tile shapes (the top of this file says why). At head dim 64 the general instantiation
@@ -862,13 +781,9 @@ inline int backward_2d_smem_bytes(int padded_dim, bool general) {
 }
 
 // One entry per (element type, head dim), defined in flash_backward_mma_2d_<dtype>.cu.
-const char* backward_2d_fp16_d64(const BwdParams& p, const Bwd2dOptions& options,
-                                 cudaStream_t stream);
-const char* backward_2d_fp16_d128(const BwdParams& p, const Bwd2dOptions& options,
-                                  cudaStream_t stream);
-const char* backward_2d_bf16_d64(const BwdParams& p, const Bwd2dOptions& options,
-                                 cudaStream_t stream);
-const char* backward_2d_bf16_d128(const BwdParams& p, const Bwd2dOptions& options,
-                                  cudaStream_t stream);
+const char* backward_2d_fp16_d64(const BwdParams& p, cudaStream_t stream);
+const char* backward_2d_fp16_d128(const BwdParams& p, cudaStream_t stream);
+const char* backward_2d_bf16_d64(const BwdParams& p, cudaStream_t stream);
+const char* backward_2d_bf16_d128(const BwdParams& p, cudaStream_t stream);
 
 }  // namespace mma_bwd

@@ -8,14 +8,12 @@
 
 namespace mma_bwd {
 
-const char* backward_2d_fp16_d64(const BwdParams& p, const Bwd2dOptions& options,
-                                 cudaStream_t stream) {
-  return run_backward_2d<__half, Bwd2dD64, Bwd2dD64General>(p, options, stream);
+const char* backward_2d_fp16_d64(const BwdParams& p, cudaStream_t stream) {
+  return run_backward_2d<__half, Bwd2dD64, Bwd2dD64General>(p, stream);
 }
 
-const char* backward_2d_fp16_d128(const BwdParams& p, const Bwd2dOptions& options,
-                                  cudaStream_t stream) {
-  return run_backward_2d<__half, Bwd2dD128, Bwd2dD128>(p, options, stream);
+const char* backward_2d_fp16_d128(const BwdParams& p, cudaStream_t stream) {
+  return run_backward_2d<__half, Bwd2dD128, Bwd2dD128>(p, stream);
 }
 
 }  // namespace mma_bwd
