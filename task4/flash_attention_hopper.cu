@@ -190,6 +190,18 @@ int variant_tiling_from_env() {
   return hopper_attn::kTilingSkipEmpty;
 }
 
+// The general v5's key loop at head_dim 128 (Params::old_general_loop): ATTN_HOPPER_GENERAL_LOOP,
+// read on every call (a getenv is cheap) so that one process can time both: unset, empty or
+// "split", the loop split into cut and wholly visible tiles (Tile::kLeanGeneral); "old", the
+// one loop that decides every tile's mask, as before the split.
+bool old_general_loop_from_env() {
+  const char* env = std::getenv("ATTN_HOPPER_GENERAL_LOOP");
+  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "split") == 0) return false;
+  TORCH_CHECK_VALUE(std::strcmp(env, "old") == 0, attn::str("ATTN_HOPPER_GENERAL_LOOP must be \"split\" "
+                    "or \"old\" (or unset) but is \"", env, "\"."));
+  return true;
+}
+
 // Query-tile CTAs per (batch, head): ceil(S_q / block_m), or in the aligned tiling of a variant
 // (cta_work_at) its work tiles plus the CTAs of the rows before them that see no key. With key
 // lengths (on the device: the host does not wait for them) that is at most one more CTA, which
@@ -357,6 +369,7 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                     attn::str("head_dim 256 runs versions 2 and 5 of the Hopper kernel, not ", version, "."));
   mma_attn::set_lse(p, lse, q);
   p.variant_tiling = variant_tiling_from_env();
+  p.old_general_loop = general && old_general_loop_from_env();
 
   // BEGIN SOLUTION
   // HINT: Optional extension (beyond the graded course): pick the instantiation for q's dtype and

@@ -205,6 +205,9 @@ struct Params : mma_attn::Params {
   // How the general instantiation tiles a variant (VariantTiling, below); the host reads it from
   // ATTN_HOPPER_VARIANT_ALIGN on every call, so that one process can time the tilings side by side.
   int variant_tiling = 1;
+  // The general v5 at head_dim 128 without softcap in its old key loop (Tile::kLeanGeneral
+  // false), for A/B runs: the host sets it from ATTN_HOPPER_GENERAL_LOOP on every call.
+  bool old_general_loop = false;
 };
 
 // How the general instantiation places its tiles on a variant (Params::variant_tiling).
@@ -282,7 +285,11 @@ __host__ __device__ inline QueryTiling aligned_query_tiling(int seq_q, int key_b
 // kBlockN_: keys per tile, 0 = the head_dim's own (128; 64 at 256). Head_dim 256 also has an
 // 80-key tile (FlashAttention-3's), for dense attention on v4 (the default at 256) and v5
 // (ATTN_HOPPER_D256_TILE=80; flash_attention_hopper.cu, d256_tile80_schedule).
-template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0>
+// kLeanGeneral_ (Tile::kLeanGeneral): false keeps the general v5 as it was before its key loop
+// was split, for A/B runs in one process (head_dim 128 without softcap only: dispatch_general,
+// Params::old_general_loop).
+template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0,
+          bool kLeanGeneral_ = true>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kVersion = kVersion_;
@@ -311,6 +318,14 @@ struct Tile {
   // v7: v5's CTA resident for good, walking work tiles (query tile, head) in turn, with O
   // staged in its own buffer so the next tile's Q and K/V load during this one's epilogue.
   static constexpr bool kPersistent = kVersion == 7;
+  // The general v5's key loop without a mask tensor (consume_overlapped) runs the tiles the
+  // interval cuts and the tiles every row sees whole in loops of their own, as FlashAttention-3
+  // does: a wholly visible tile then pays no per-tile test (needs_mask, the summary's kind, the
+  // next visited tile), which it did on every tile of a variant that needs none of them; and a
+  // cut tile whose rows' first keys lie before it compares each score once (apply_mask).
+  // kLeanGeneral false is the kernel before that, kept for A/B runs (the template's note).
+  static constexpr bool kLeanGeneral = kLeanGeneral_;
+  static constexpr bool kSplitKeyLoop = kGeneral && kIntraOverlap && kLeanGeneral;
   // Warpgroups that compute: 1, then 2; v6 (head_dim 64 only) 3, each at 160 registers.
   static constexpr int kConsumers = kVersion == 6 ? 3 : kWarpSpecialized ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
@@ -364,6 +379,7 @@ struct Tile {
   static_assert(kVersion != 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
   static_assert(!kPersistent || !kGeneral, "v7 runs dense attention");
   static_assert(!kSoftcap || (kGeneral && kVersion == 5), "the softcap runs on the general v5");
+  static_assert(kLeanGeneral || (kGeneral && kVersion == 5), "the old key loop is kept for the general v5");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles stay 1024-byte aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H100 CTA's shared memory");
 };
@@ -1041,6 +1057,20 @@ __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
       // key = col0 + 8c + e compared instead, the SASS also computed each of the thread's 32 keys
       // with an add of its own, on every masked tile.)
       const int lo = keys.x - col0, hi = keys.y - col0;
+      if constexpr (kMaskKind == attn::kNoMask && Cfg::kLeanGeneral) {
+        // A row whose first visible key is at or before this thread's first column (every
+        // row of a causal diagonal tile without a window's lower edge in it): only the upper
+        // end cuts, one comparison per element as the dense kernels have. The same elements
+        // become -inf as below.
+        if (lo <= 0) {
+#pragma unroll
+          for (int c = 0; c < Cfg::kBlockN / 8; ++c)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (8 * c + e >= hi) s[4 * c + 2 * h + e] = -INFINITY;
+          continue;
+        }
+      }
       // Rows >= S_q (the padding of the last query tile, never stored) read no mask element.
       const bool read_tensor = kMaskKind != attn::kNoMask && row < mask.seq_q;
       const int64_t row_offset = static_cast<int64_t>(row) * mask.mask_stride_q;
@@ -1403,19 +1433,22 @@ __device__ __forceinline__ int visited_tile(const CtaWork& w, int n, int& kind) 
   return n;
 }
 
-// What a tile's scores need before the softmax: the softcap (Gemma-2; every tile, before a
-// mask's bias, general instantiation only) and the mask, on the tiles that need it (a uniform
-// branch: tiles inside [unmasked_begin, unmasked_end) skip the per-element predicate).
+// The softcap (Gemma-2; the general instantiation's softcap one): every tile's scores, before
+// a mask's bias.
 template <typename Cfg>
-__device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], const Params& p,
-                                               const CtaWork& w,
-                                               const attn::KeyMask<Cfg::kGeneral>& mask,
-                                               int n_block, int kind, int row0, int col_in_tile) {
+__device__ __forceinline__ void softcap_scores(float (&s)[Cfg::kBlockN / 2], const Params& p) {
   if constexpr (Cfg::kSoftcap) {
 #pragma unroll
     for (int i = 0; i < Cfg::kBlockN / 2; ++i) s[i] = attn::softcap_score_fast(s[i], p.mask);
   }
-  if (!w.needs_mask(n_block, kind)) return;
+}
+
+// The mask on a tile that needs it (CtaWork::needs_mask): the per-element predicate, and a mask
+// tensor's elements where the summary calls the tile partial (`kind`).
+template <typename Cfg>
+__device__ __forceinline__ void mask_scores(float (&s)[Cfg::kBlockN / 2], const Params& p,
+                                            const CtaWork& w, const attn::KeyMask<Cfg::kGeneral>& mask,
+                                            int n_block, int kind, int row0, int col_in_tile) {
   const int col0 = first_key<Cfg>(w, n_block) + col_in_tile;
   if constexpr (Cfg::kGeneral) {
     // The general predicate is rebuilt here, on the tiles that need it, from the kernel's
@@ -1438,6 +1471,19 @@ __device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], con
   } else {
     apply_mask<Cfg>(s, mask, row0, col0);
   }
+}
+
+// What a tile's scores need before the softmax: the softcap and the mask, on the tiles that
+// need it (a uniform branch: tiles inside [unmasked_begin, unmasked_end) skip the per-element
+// predicate).
+template <typename Cfg>
+__device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], const Params& p,
+                                               const CtaWork& w,
+                                               const attn::KeyMask<Cfg::kGeneral>& mask,
+                                               int n_block, int kind, int row0, int col_in_tile) {
+  softcap_scores<Cfg>(s, p);
+  if (!w.needs_mask(n_block, kind)) return;
+  mask_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
 }
 
 // The shared-memory addresses of one CTA (the dynamic allocation rounded up to 1024 bytes).
@@ -1513,7 +1559,7 @@ __device__ __forceinline__ void write_zero_rows(const Params& p, const CtaWork& 
 
 // ---- v1: wgmma from shared memory, cp.async loads, one warpgroup ----
 template <typename Element, typename Cfg>
-__device__ __forceinline__ void attention_v1(const Params& p, unsigned char* smem_raw) {
+__device__ __forceinline__ void attention_v1(const Params& p, const CtaWork& w, unsigned char* smem_raw) {
   // BEGIN SOLUTION kernel
   // HINT: Optional extension: Q and K[last] by cp.async, then per key tile (last to first): wait +
   // HINT: fence.proxy.async + barrier, load V, S = Q K^T, mask, wait + barrier, load the next K,
@@ -1521,7 +1567,6 @@ __device__ __forceinline__ void attention_v1(const Params& p, unsigned char* sme
   static_assert(!Cfg::kGeneral, "v1 runs dense attention only (its K prefetch assumes every tile)");
   constexpr int D = Cfg::kHeadDim;
   const int tid = threadIdx.x;
-  const CtaWork w = cta_work<Cfg>(p);
   const SmemTiles<Cfg> smem(smem_raw);
   const Element* q_head = static_cast<const Element*>(p.q) + w.batch * p.q_batch_stride + w.head * p.q_head_stride;
   const Element* k_head = static_cast<const Element*>(p.k) + w.batch * p.k_batch_stride + w.kv_head * p.k_head_stride;
@@ -1580,7 +1625,7 @@ __device__ __forceinline__ void attention_v1(const Params& p, unsigned char* sme
 
 // ---- v2: TMA + mbarrier, 2-stage K/V ring, one warpgroup ----
 template <typename Element, typename Cfg>
-__device__ __forceinline__ void attention_v2(const Params& p, unsigned char* smem_raw,
+__device__ __forceinline__ void attention_v2(const Params& p, const CtaWork& w, unsigned char* smem_raw,
                                              const CUtensorMap* map_q, const CUtensorMap* map_k,
                                              const CUtensorMap* map_v) {
   // BEGIN SOLUTION kernel
@@ -1589,7 +1634,6 @@ __device__ __forceinline__ void attention_v2(const Params& p, unsigned char* sme
   // HINT: kStages) & 1), compute, and after a CTA barrier refill the stage with tile j + kStages.
   constexpr int kStages = Cfg::kStages;
   const int tid = threadIdx.x;
-  const CtaWork w = cta_work<Cfg>(p);
   const SmemTiles<Cfg> smem(smem_raw);
 
   if (tid == 0) {
@@ -1685,6 +1729,95 @@ __device__ __forceinline__ void release_q(uint32_t q_empty) { mbarrier_arrive(q_
 // of after the wait for P[j-2] V[j-2]: the same products, in the same order. v7 calls it once per work tile: j0 is the key tiles the CTA
 // visited before (the ring's stages and parities go on from there), `visited` gets this
 // tile's count, and each thread arrives on q_empty (when not 0) once its last S = Q K^T is in.
+
+// The turns of v5/v6 (Tile::kPingPong; v4 has none): wait for this consumer's, and hand it on
+// after an issue point, but the last consumer's last one (see above).
+template <typename Cfg>
+__device__ __forceinline__ void take_turn(int consumer) {
+  if constexpr (Cfg::kPingPong) wait_for_turn(consumer);
+}
+template <typename Cfg>
+__device__ __forceinline__ void end_turn(int consumer, bool last) {
+  if constexpr (Cfg::kPingPong) {
+    if (consumer != Cfg::kConsumers - 1 || !last) pass_turn<Cfg::kConsumers>(consumer);
+  }
+}
+
+// The K/V ring position of the t-th key tile a CTA visits (t counts over v7's work tiles too):
+// its stage, and the parity of that stage's phase.
+template <typename Cfg>
+__device__ __forceinline__ int ring_stage(int t) { return t % Cfg::kStages; }
+template <typename Cfg>
+__device__ __forceinline__ uint32_t ring_parity(int t) { return static_cast<uint32_t>((t / Cfg::kStages) & 1); }
+
+// What the overlapped loop does to one key tile's scores before its softmax:
+//   kAnyTile      decides per tile (the mask where CtaWork::needs_mask says, a mask tensor's
+//                 elements where the summary calls the tile partial): the loop with a summary,
+//                 and Tile::kLeanGeneral false (the loop before the split, for A/B runs);
+//   kCutTile      the interval cuts the tile: the per-element predicate, no test;
+//   kVisibleTile  every row sees the whole tile: nothing but the softcap.
+enum TilePath : int { kAnyTile = 0, kCutTile = 1, kVisibleTile = 2 };
+
+// The consumer's state that goes from one key tile to the next in the overlapped loop.
+template <typename Cfg>
+struct OverlapCarry {
+  float s[Cfg::kBlockN / 2];  // S[j], then P[j] in fp32
+  PFragments<Cfg> a;          // P[j-1], the register A operand of P V
+  float correction[2];        // the last softmax step's factors of O's rows
+};
+
+// One key tile j >= 1 of the overlapped loop (the t-th the CTA visits, t = j0 + j; key tile
+// n_block, its summary `kind`): S[j] and P[j-1] V[j-1] issued on the consumer's turn, S[j]'s
+// mask (kPath) and softmax while P V runs, then O rescaled and P[j] packed. kAnyTile also looks
+// the next visited tile up while the tensor cores run (next, next_kind).
+template <typename Element, typename Cfg, int kPath>
+__device__ __forceinline__ void overlapped_tile(const Params& p, const CtaWork& w, const SmemTiles<Cfg>& smem,
+                                                RowState<Cfg>& st, OverlapCarry<Cfg>& c,
+                                                const attn::KeyMask<Cfg::kGeneral>& mask, uint32_t q_rows,
+                                                int row0, int col_in_tile, int consumer, int lane, int t,
+                                                int n_block, int kind, int& next, int& next_kind) {
+  // BEGIN SOLUTION kernel
+  // HINT: Wait K[t] and V[t-1], on the turn issue S[t] and O += P[t-1] V[t-1], wgmma_wait<1>,
+  // HINT: release K, mask (kPath) + softmax_update, wgmma_wait<0>, release V, rescale_o, pack P.
+  mbarrier_wait(smem.k_full(ring_stage<Cfg>(t)), ring_parity<Cfg>(t));
+  mbarrier_wait(smem.v_full(ring_stage<Cfg>(t - 1)), ring_parity<Cfg>(t - 1));
+  take_turn<Cfg>(consumer);
+  issue_scores<Element, Cfg>(c.s, q_rows, smem.k_stage(ring_stage<Cfg>(t)));
+  if constexpr (Cfg::kRescaleOEarly) rescale_o_during_scores<Cfg>(st, c.correction);
+  issue_pv<Element, Cfg>(st, c.a, smem.v_stage(ring_stage<Cfg>(t - 1)));
+  end_turn<Cfg>(consumer, false);
+  if constexpr (kPath == kAnyTile) next = visited_tile<Cfg>(w, n_block - 1, next_kind);
+  wgmma_wait<1>();  // S[j] is in; P[j-1] V[j-1] may still run
+  fence_registers(c.s);
+  release_stage(smem.k_empty(ring_stage<Cfg>(t)), lane);
+  if (kPath == kAnyTile && kind == kTilePartial) {
+    // A tile that reads the mask tensor element by element waits for P[j-1] V[j-1] first:
+    // P's fragments are then free for the mask's loads (overlapping both, v5's consumers
+    // spilled, ptxas said). Only the tiles the summary calls partial pay this.
+    wgmma_wait<0>();
+    fence_registers(st.o);
+    fence_registers(c.a);
+    release_stage(smem.v_empty(ring_stage<Cfg>(t - 1)), lane);
+    prepare_scores<Cfg>(c.s, p, w, mask, n_block, kind, row0, col_in_tile);
+    softmax_update<Cfg>(c.s, st, p.scale_log2, c.correction);
+  } else {
+    if constexpr (kPath == kAnyTile) {
+      prepare_scores<Cfg>(c.s, p, w, mask, n_block, kind, row0, col_in_tile);
+    } else {
+      softcap_scores<Cfg>(c.s, p);
+      if constexpr (kPath == kCutTile) mask_scores<Cfg>(c.s, p, w, mask, n_block, kTileVisible, row0, col_in_tile);
+    }
+    softmax_update<Cfg>(c.s, st, p.scale_log2, c.correction);
+    wgmma_wait<0>();  // O is written and P[j-1]'s fragments are read
+    fence_registers(st.o);
+    fence_registers(c.a);
+    release_stage(smem.v_empty(ring_stage<Cfg>(t - 1)), lane);
+  }
+  if constexpr (!Cfg::kRescaleOEarly) rescale_o<Cfg>(st, c.correction);
+  pack_p<Element, Cfg>(c.a, c.s);
+  // END SOLUTION
+}
+
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWork& w,
                                                    const SmemTiles<Cfg>& smem, RowState<Cfg>& st,
@@ -1692,12 +1825,13 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
                                                    int row0, int col_in_tile, int consumer, int lane,
                                                    int j0, int& visited, uint32_t q_empty) {
   // BEGIN SOLUTION kernel
-  // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1: wait K[j] and
-  // HINT: V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask + softmax_update,
-  // HINT: wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]. Last: O += P V of the last tile.
+  // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1 (overlapped_tile):
+  // HINT: wait K[j] and V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask +
+  // HINT: softmax_update, wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]; without a mask tensor
+  // HINT: the cut tiles and the wholly visible ones in loops of their own (kCutTile, kVisibleTile).
+  // HINT: Last: O += P V of the last tile.
   // HINT: Tile j uses stage (j0 + j) % kStages, parity ((j0 + j) / kStages) & 1; set `visited`
   // HINT: and release q_empty (when not 0) once the last S is in, and when no tile is visited.
-  constexpr int kStages = Cfg::kStages;
   // The visited key tiles, highest first (visited_tile): j counts them, n_block is the j-th.
   int kind;
   int n_block = visited_tile<Cfg>(w, w.n_block(0), kind);
@@ -1706,93 +1840,73 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     if (q_empty != 0) release_q(q_empty);
     return;
   }
-  auto stage_of = [j0](int j) { return (j0 + j) % kStages; };
-  auto parity_of = [j0](int j) { return static_cast<uint32_t>(((j0 + j) / kStages) & 1); };
-  constexpr int kLast = Cfg::kConsumers - 1;
-  auto my_turn = [&]() { if constexpr (Cfg::kPingPong) wait_for_turn(consumer); };
-  // Every issue point hands the turn on, but the last consumer's last one (see above).
-  auto end_turn = [&](bool last) {
-    if constexpr (Cfg::kPingPong) {
-      if (consumer != kLast || !last) pass_turn<Cfg::kConsumers>(consumer);
-    }
-  };
   if constexpr (Cfg::kPingPong) {
-    if (consumer == kLast) pass_turn<Cfg::kConsumers>(kLast);  // consumer 0 starts
+    if (consumer == Cfg::kConsumers - 1) pass_turn<Cfg::kConsumers>(consumer);  // consumer 0 starts
   }
 
-  float s[Cfg::kBlockN / 2];
-  PFragments<Cfg> a;
-  float correction[2];
+  OverlapCarry<Cfg> c;
   // Tile 0 (the highest key block): scores, mask, softmax; O is still zero.
-  mbarrier_wait(smem.k_full(stage_of(0)), parity_of(0));
-  my_turn();
-  issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage_of(0)));
-  end_turn(false);
+  mbarrier_wait(smem.k_full(ring_stage<Cfg>(j0)), ring_parity<Cfg>(j0));
+  take_turn<Cfg>(consumer);
+  issue_scores<Element, Cfg>(c.s, q_rows, smem.k_stage(ring_stage<Cfg>(j0)));
+  end_turn<Cfg>(consumer, false);
   // The next visited tile is looked up while the tensor cores run (the summary's bytes).
   int next_kind;
   int next = visited_tile<Cfg>(w, n_block - 1, next_kind);
   wgmma_wait<0>();
-  fence_registers(s);
-  release_stage(smem.k_empty(stage_of(0)), lane);
-  prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
-  softmax_update<Cfg>(s, st, p.scale_log2, correction);
-  pack_p<Element, Cfg>(a, s);
+  fence_registers(c.s);
+  release_stage(smem.k_empty(ring_stage<Cfg>(j0)), lane);
+  prepare_scores<Cfg>(c.s, p, w, mask, n_block, kind, row0, col_in_tile);
+  softmax_update<Cfg>(c.s, st, p.scale_log2, c.correction);
+  pack_p<Element, Cfg>(c.a, c.s);
 
   int j = 1;
-  for (; next >= w.n_first; ++j) {
-    n_block = next;
-    kind = next_kind;
-    mbarrier_wait(smem.k_full(stage_of(j)), parity_of(j));
-    mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
-    my_turn();
-    issue_scores<Element, Cfg>(s, q_rows, smem.k_stage(stage_of(j)));
-    if constexpr (Cfg::kRescaleOEarly) rescale_o_during_scores<Cfg>(st, correction);
-    issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
-    end_turn(false);
-    next = visited_tile<Cfg>(w, n_block - 1, next_kind);
-    wgmma_wait<1>();  // S[j] is in; P[j-1] V[j-1] may still run
-    fence_registers(s);
-    release_stage(smem.k_empty(stage_of(j)), lane);
-    if (kind == kTilePartial) {
-      // A tile that reads the mask tensor element by element waits for P[j-1] V[j-1] first:
-      // P's fragments are then free for the mask's loads (overlapping both, v5's consumers
-      // spilled, ptxas said). Only the tiles the summary calls partial pay this.
-      wgmma_wait<0>();
-      fence_registers(st.o);
-      fence_registers(a);
-      release_stage(smem.v_empty(stage_of(j - 1)), lane);
-      prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
-      softmax_update<Cfg>(s, st, p.scale_log2, correction);
-    } else {
-      prepare_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
-      softmax_update<Cfg>(s, st, p.scale_log2, correction);
-      wgmma_wait<0>();  // O is written and P[j-1]'s fragments are read
-      fence_registers(st.o);
-      fence_registers(a);
-      release_stage(smem.v_empty(stage_of(j - 1)), lane);
+  if (Cfg::kSplitKeyLoop && w.summary == nullptr) {
+    // Without a mask tensor the tiles are n_block - 1 down to n_first, and those the interval
+    // cuts lie at its two ends (the causal diagonal or a window's upper edge; a window's lower
+    // edge or left padding's first key): three loops, in the order the tiles come, the middle
+    // one over the tiles every row sees whole. A tile is cut where CtaWork::needs_mask says
+    // (n >= unmasked_end or n < unmasked_begin), so the middle is empty when unmasked_end <=
+    // unmasked_begin. The same operations on every tile as kAnyTile's.
+    const int cut_above = max(max(w.unmasked_end, w.unmasked_begin), w.n_first);
+    const int visible_from = max(w.unmasked_begin, w.n_first);
+    int n = next;
+    for (; n >= cut_above; --n, ++j)
+      overlapped_tile<Element, Cfg, kCutTile>(p, w, smem, st, c, mask, q_rows, row0, col_in_tile, consumer,
+                                              lane, j0 + j, n, kTileVisible, next, next_kind);
+    for (; n >= visible_from; --n, ++j)
+      overlapped_tile<Element, Cfg, kVisibleTile>(p, w, smem, st, c, mask, q_rows, row0, col_in_tile, consumer,
+                                                  lane, j0 + j, n, kTileVisible, next, next_kind);
+    for (; n >= w.n_first; --n, ++j)
+      overlapped_tile<Element, Cfg, kCutTile>(p, w, smem, st, c, mask, q_rows, row0, col_in_tile, consumer,
+                                              lane, j0 + j, n, kTileVisible, next, next_kind);
+  } else {
+    for (; next >= w.n_first; ++j) {
+      n_block = next;
+      kind = next_kind;
+      overlapped_tile<Element, Cfg, kAnyTile>(p, w, smem, st, c, mask, q_rows, row0, col_in_tile, consumer,
+                                              lane, j0 + j, n_block, kind, next, next_kind);
     }
-    if constexpr (!Cfg::kRescaleOEarly) rescale_o<Cfg>(st, correction);
-    pack_p<Element, Cfg>(a, s);
   }
   // Q is read no more (the last S is in): v7's producer may load the next tile's.
   if (q_empty != 0) release_q(q_empty);
   visited = j;
   // The last tile's P V (tile j - 1: j tiles were visited).
-  mbarrier_wait(smem.v_full(stage_of(j - 1)), parity_of(j - 1));
-  my_turn();
-  if constexpr (Cfg::kRescaleOEarly) rescale_o<Cfg>(st, correction);
-  issue_pv<Element, Cfg>(st, a, smem.v_stage(stage_of(j - 1)));
-  end_turn(true);
+  mbarrier_wait(smem.v_full(ring_stage<Cfg>(j0 + j - 1)), ring_parity<Cfg>(j0 + j - 1));
+  take_turn<Cfg>(consumer);
+  if constexpr (Cfg::kRescaleOEarly) rescale_o<Cfg>(st, c.correction);
+  issue_pv<Element, Cfg>(st, c.a, smem.v_stage(ring_stage<Cfg>(j0 + j - 1)));
+  end_turn<Cfg>(consumer, true);
   wgmma_wait<0>();
   fence_registers(st.o);
-  fence_registers(a);
-  release_stage(smem.v_empty(stage_of(j - 1)), lane);
+  fence_registers(c.a);
+  release_stage(smem.v_empty(ring_stage<Cfg>(j0 + j - 1)), lane);
   // END SOLUTION
 }
 
 // ---- v3: warp specialization: 1 producer warpgroup (TMA), 2 consumer warpgroups ----
 template <typename Element, typename Cfg>
-__device__ __forceinline__ void attention_v3(const Params& p, unsigned char* smem_raw,
+__device__ __forceinline__ void attention_v3(const Params& p, const CtaWork& work, unsigned char* smem_raw,
                                              const CUtensorMap* map_q, const CUtensorMap* map_k,
                                              const CUtensorMap* map_v) {
   // BEGIN SOLUTION kernel
@@ -1805,7 +1919,9 @@ __device__ __forceinline__ void attention_v3(const Params& p, unsigned char* sme
   // The warpgroup index, made visibly warp-uniform (a shuffle from lane 0) so the compiler
   // keeps the role branch uniform.
   const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
-  const CtaWork w = cta_work<Cfg>(p);
+  // The kernel's CtaWork (`work`); the old general loop's A/B instantiation computes it again,
+  // as the kernel did before (Tile::kLeanGeneral).
+  const CtaWork w = Cfg::kLeanGeneral ? work : cta_work<Cfg>(p);
   const SmemTiles<Cfg> smem(smem_raw);
 
   if (tid == 0) {
@@ -1992,24 +2108,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // batch * heads above 65535 spill into gridDim.z, which can overshoot: whole CTA, before any
   // barrier.
   if (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y >= p.batch_heads) return;
-  if constexpr (Cfg::kGeneral) {
-    // A variant's query tile whose rows see no key (a padded sequence's first rows, the spare
-    // CTAs of the aligned tiling) is decided here, before any barrier, copy or setmaxnreg: it
-    // writes its zeros and the whole CTA returns. (The version recomputes the same CtaWork.)
-    const CtaWork w = cta_work<Cfg>(p);
-    if (!w.computes) {
-      write_zero_rows<Element, Cfg>(p, w);
-      return;
-    }
-  }
-  if constexpr (Cfg::kVersion == 1) {
-    attention_v1<Element, Cfg>(p, smem_raw);
-  } else if constexpr (Cfg::kVersion == 2) {
-    attention_v2<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
-  } else if constexpr (Cfg::kPersistent) {
+  if constexpr (Cfg::kPersistent) {
     attention_v7<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
-  } else {  // v3, v4, v5: the same roles, v4 and v5 differ in the consumers' key loop
-    attention_v3<Element, Cfg>(p, smem_raw, &map_q, &map_k, &map_v);
+  } else {
+    // The CTA's work, computed once here for the version (its start, until the producer's
+    // first copy, is time the SM's tensor cores wait; computed again by the version, as
+    // before, the general kernel's ran twice: the compiler did not merge them).
+    const CtaWork w = cta_work<Cfg>(p);
+    if constexpr (Cfg::kGeneral) {
+      // A variant's query tile whose rows see no key (a padded sequence's first rows, the spare
+      // CTAs of the aligned tiling) is decided here, before any barrier, copy or setmaxnreg: it
+      // writes its zeros and the whole CTA returns.
+      if (!w.computes) {
+        write_zero_rows<Element, Cfg>(p, w);
+        return;
+      }
+    }
+    if constexpr (Cfg::kVersion == 1) {
+      attention_v1<Element, Cfg>(p, w, smem_raw);
+    } else if constexpr (Cfg::kVersion == 2) {
+      attention_v2<Element, Cfg>(p, w, smem_raw, &map_q, &map_k, &map_v);
+    } else {  // v3, v4, v5: the same roles, v4 and v5 differ in the consumers' key loop
+      attention_v3<Element, Cfg>(p, w, smem_raw, &map_q, &map_k, &map_v);
+    }
   }
 #else
   // Not built for sm_90a (no wgmma): the host never launches this.
@@ -2145,6 +2266,10 @@ Launcher dispatch_general(const Params& p, int64_t version) {
   // (Head_dim 256 has the general v5 alone: a general v2 call runs as v5 there.)
   if constexpr (kHeadDim != 256) {
     if (version == 2 && p.mask.mask == nullptr) return launcher<Element, Tile<kHeadDim, 2, true>>();
+  }
+  // (Its old key loop, kept for A/B runs at head_dim 128 alone: one more kernel per element type.)
+  if constexpr (kHeadDim == 128) {
+    if (p.old_general_loop) return launcher<Element, Tile<kHeadDim, 5, true, false, 0, false>>();
   }
   return launcher<Element, Tile<kHeadDim, 5, true>>();
 }

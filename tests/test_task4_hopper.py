@@ -30,9 +30,10 @@ SOURCES = [REPO_ROOT / "task4" / name for name in (
 # 2 dtypes x (head_dim 64: v1-v7, 128: v1-v5 and v7) dense, + 2 dtypes x 2 head dims x (v2, v5)
 # with the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the
 # softcap, + head_dim 256's own tile: 2 dtypes x (v2, v5 dense, v5 general, v5 softcap), + its
-# 80-key tile (ATTN_HOPPER_D256_TILE): 2 dtypes x (v4, v5) dense. Head_dim 96 runs on the 128
+# 80-key tile (ATTN_HOPPER_D256_TILE): 2 dtypes x (v4, v5) dense, + the general v5's old key
+# loop at head_dim 128 (ATTN_HOPPER_GENERAL_LOOP=old): 2 dtypes. Head_dim 96 runs on the 128
 # instantiations.
-EXPECTED_KERNELS = 26 + 8 + 4 + 8 + 4
+EXPECTED_KERNELS = 26 + 8 + 4 + 8 + 4 + 2
 
 
 def _need_nvcc() -> str:
@@ -628,4 +629,59 @@ def test_aligned_variant_tiling(dtype, tiling, monkeypatch):
         err = (ours[finite] - truth[finite]).abs().max().item() if finite.any() else 0.0
         checks.append(Check(f"v5 lse {name}", same_inf and err <= 1e-3,
                             f"max |lse - lse64| {err:.1e}" + ("" if same_inf else "; -inf rows differ")))
+    assert_checks(checks)
+
+
+# The general v5's key loop split into cut and wholly visible tiles (flash_attention_hopper.cuh,
+# Tile::kLeanGeneral) against the loop before it (ATTN_HOPPER_GENERAL_LOOP=old, head_dim 128 and
+# 96 without softcap): the same operations on the same values in the same order, so the same
+# bits, output and lse; and within FlashAttention-2's criterion of float64. Cases long enough to
+# have tiles in every one of the three loops (a window cut at both ends, padding at either end,
+# S_q != S_k), a sink, a scale, and a mask tensor (the per-tile loop in both).
+def _general_loop_cases():
+    def lens(*xs):
+        return torch.tensor(xs, dtype=torch.int32, device="cuda")
+    sinks = torch.linspace(-1, 2, 4, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(33)
+    return [  # (B, H_q, H_kv, S_q, S_k, D, variant kwargs)
+        (2, 2, 2, 1100, 1100, 128, dict(causal=True, key_lengths=lens(1100, 777))),
+        (2, 2, 1, 1100, 1100, 96, dict(causal=True, key_lengths=lens(1100, 801), left_padding=True)),
+        (1, 2, 2, 1500, 1500, 128, dict(causal=True, window=513)),
+        (1, 2, 2, 1000, 1000, 128, dict(causal=False, window=300)),
+        (1, 4, 2, 300, 900, 128, dict(causal=True, window=450, sinks=sinks)),
+        (2, 2, 2, 900, 600, 128, dict(causal=True, key_lengths=lens(600, 333), scale=0.3)),
+        (1, 2, 2, 640, 640, 128, dict(causal=True, mask=torch.rand(1, 2, 640, 640, device="cuda",
+                                                                   generator=g) < 0.8)),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_general_key_loop_split_matches_old(dtype, monkeypatch):
+    hopper = _hopper_or_skip()
+    from common.checks import Check, assert_checks
+    from common.variants import Variant, check_variant
+
+    def bits(t):
+        return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
+
+    checks = []
+    for b, hq, hkv, sq, sk, d, kwargs in _general_loop_cases():
+        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
+        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
+        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        variant = Variant(**kwargs)
+        name = f"{(b, hq, hkv, sq, sk, d)} {variant.describe()}"
+        call = {n: value for n, value in variant.kwargs().items() if n != "causal"}
+        results = {}
+        for loop in ("old", "split"):
+            monkeypatch.setenv("ATTN_HOPPER_GENERAL_LOOP", loop)
+            checks.append(check_variant(
+                f"{loop} {name}", lambda out, q=q, k=k, v=v, causal=variant.causal, call=call:
+                hopper.flash_attention_hopper(q, k, v, causal, 5, out, **call), q, k, v, variant))
+            lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+            out = hopper.flash_attention_hopper(q, k, v, variant.causal, 5, None, lse, **call)
+            results[loop] = (out, lse)
+        same = all(torch.equal(bits(a), bits(b_)) for a, b_ in zip(results["old"], results["split"]))
+        checks.append(Check(f"split == old bit for bit: {name}", same, "output and lse"))
     assert_checks(checks)
