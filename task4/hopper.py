@@ -1,5 +1,5 @@
 """Task 4+: the Hopper FlashAttention kernel (task4/flash_attention_hopper.cuh; its host entry
-task4/flash_attention_hopper.cu, its instantiations flash_attention_hopper_fp16.cu and _bf16.cu,
+task4/flash_attention_hopper.cu, its instantiations flash_attention_hopper_{fp16,bf16}{,_general}.cu,
 compiled in parallel), as an optional extension `custom_flash_attention_hopper` built for sm_90a
 only.
 
@@ -50,9 +50,10 @@ from task4.manifest import HOPPER_VERSIONS, hopper_takes_head_dim
 
 NAME = "custom_flash_attention_hopper"
 # The host entry (SOURCES[1], which holds the dispatch the release stubs: is_written), then the
-# instantiations, one file per element type so that ninja compiles them side by side.
+# instantiations, two files per element type (dense, general) so that ninja compiles them side by side.
 SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu",
-           "task4/flash_attention_hopper_fp16.cu", "task4/flash_attention_hopper_bf16.cu"]
+           "task4/flash_attention_hopper_fp16.cu", "task4/flash_attention_hopper_fp16_general.cu",
+           "task4/flash_attention_hopper_bf16.cu", "task4/flash_attention_hopper_bf16_general.cu"]
 ARCH = "9.0a"  # torch turns "9.0a" into -gencode=arch=compute_90a,code=sm_90a
 VERSIONS = HOPPER_VERSIONS
 takes_head_dim = hopper_takes_head_dim  # (version, head_dim) -> bool: v6 is head_dim 64 only

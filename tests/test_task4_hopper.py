@@ -26,7 +26,8 @@ from common.tools import compile_check
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The extension's .cu files: the host entry and the instantiations (task4/hopper.py SOURCES).
 SOURCES = [REPO_ROOT / "task4" / name for name in (
-    "flash_attention_hopper.cu", "flash_attention_hopper_fp16.cu", "flash_attention_hopper_bf16.cu")]
+    "flash_attention_hopper.cu", "flash_attention_hopper_fp16.cu", "flash_attention_hopper_fp16_general.cu",
+    "flash_attention_hopper_bf16.cu", "flash_attention_hopper_bf16_general.cu")]
 # 2 dtypes x (head_dim 64: v1-v7, 128: v1-v5 and v7) dense, + 2 dtypes x 2 head dims x (v2, v5)
 # with the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the
 # softcap, + head_dim 256's own tile: 2 dtypes x (v2, v5 dense, v5 general, v5 softcap), + its

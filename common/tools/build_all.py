@@ -35,7 +35,8 @@ HOPPER_BUILDS = ("task4.hopper",)
 # and the Hopper kernel's were the two longest compiles of the repository
 # (results/logs/cpu_nvcc_longest_sources.txt); the Hopper kernel's 46 instantiations have since
 # been split into flash_attention_hopper_fp16.cu and _bf16.cu, compiled side by side, each well
-# under half of the one file (results/logs/cpu_nvcc_hopper_split.txt), and task 5's kernels
+# under half of the one file (results/logs/cpu_nvcc_hopper_split.txt), then each of those into
+# its dense and its general (_general.cu) instantiations, and task 5's kernels
 # with many instantiations (decode_linear, decode_grouped, decode_gqa) the same way, one file
 # per element type beside each host side (results/logs/cpu_nvcc_decode_split.txt), so no single
 # source dominates either build any more. The other builds run at a lower CPU priority
