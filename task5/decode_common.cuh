@@ -23,7 +23,10 @@
 //                      decode_paged.cuh): decode_gqa.cu's kernel and launch with that policy,
 //                      so its splits are merged as decode_gqa.cu's are; the append of new
 //                      tokens is rope_append.cu's kernel with the same policy.
-// Each file opens with its idea and tile shape; their speed is measured by task5/test.py
+// decode_grouped and decode_gqa keep the kernel in a header (decode_grouped.cuh, decode_gqa.cuh,
+// which open with the idea), the host side in the .cu, and compile the instantiations one element
+// type per file (decode_grouped_fp32.cu, decode_gqa_fp16.cu, ...), so the build runs them side
+// by side. Each file opens with its idea and tile shape; their speed is measured by task5/test.py
 // (--decode, --gqa-bench) and shown in Results.md, rendered from results/<gpu>.json.
 //
 // Everything here is in namespace attn_decode: a named namespace, because decode.cu's merges
