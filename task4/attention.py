@@ -202,7 +202,7 @@ def flash_attention_unchecked(q, k, v, causal, out, window, stride, mask, key_le
 HOPPER_PREFILL = os.environ.get("ATTN_HOPPER_PREFILL", "1") != "0"
 # (head_dim, causal) -> version, where the measured routing table has no entry. 96 runs the 128
 # kernel (zero-filled columns) and reads the table's 128 rows (hopper.ROUTING_HEAD_DIM); 256 has
-# its own 64-key tile on v2 and v5, not in the table yet: v5.
+# its own tiles (a dense v5 call runs the 80-key one), not in the table yet: v5.
 HOPPER_VERSION = {(64, False): 6, (64, True): 2, (96, False): 5, (96, True): 5,
                   (128, False): 5, (128, True): 5, (256, False): 5, (256, True): 5}
 

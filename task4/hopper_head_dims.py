@@ -7,7 +7,7 @@ timing beside SDPA, one process; the figures go to results/<gpu>.json.
     python -m task4.hopper_head_dims --dry-run      # on a CPU: the plumbing, PyTorch as the kernel
 
 (a) Correctness: head_dim 96 (the 128 instantiation, columns 96..127 zero-filled by the TMA)
-    and 256 (its own 64-key tile), fp16 and bf16, causal and not, odd lengths, GQA/MQA,
+    and 256 (its own tiles: 80 keys dense, 64 for variants), fp16 and bf16, causal and not, odd lengths, GQA/MQA,
     S_q != S_k, a window, left-padded key lengths, softcap 50, sinks, x8 logits, bool/additive
     block masks: task4.hopper.flash_attention_hopper at the version flash_attention routes to
     (and v2 at 256, its other rung) and task4.attention.flash_attention itself, each against

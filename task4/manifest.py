@@ -194,7 +194,8 @@ BACKWARD_HALF_SECTION = Section(
 HOPPER_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # task4/hopper.py's VERSIONS
 # The head dims each version takes (task4/flash_attention_hopper.cuh: 96 runs on the 128 tile, the
 # TMA or v1's copies zero-filling columns 96..127; 256 has a 64-key tile of its own, built for v2
-# and v5 alone; v6's 160-register consumers hold 64 only). Other head dims run the mma.sync kernel.
+# and v5 alone, and dense v5 calls at 256 run an 80-key tile on v4's loop; v6's 160-register
+# consumers hold 64 only). Other head dims run the mma.sync kernel.
 HOPPER_HEAD_DIMS = {1: (64, 96, 128), 2: (64, 96, 128, 256), 3: (64, 96, 128), 4: (64, 96, 128),
                     5: (64, 96, 128, 256), 6: (64,), 7: (64, 96, 128)}
 HOPPER_SHAPES = ("b4_h32_s4096_d128", "b8_h32_s2048_d64", "b1_h32_s16384_d128",
@@ -276,8 +277,8 @@ HOPPER_HEAD_DIM_SHAPES = ("b2_h16_s8192_d256", "b4_h32_s4096_d96")
 HOPPER_HEAD_DIMS_SECTION = Section(
     "The Hopper kernel at head dims 96 (Phi-3) and 256 (Gemma)",
     intro=("`python -m task4.hopper_head_dims`: task4.attention.flash_attention as routed (96 on "
-           "the head_dim-128 tile with columns 96..127 zero-filled by the TMA; 256 on a 64-key tile "
-           "of its own) beside SDPA pinned to each backend that runs the case, one process, "
+           "the head_dim-128 tile with columns 96..127 zero-filled by the TMA; 256 on an 80-key tile "
+           "of its own, FlashAttention-3's, with O rescaled while S computes; 64 keys for variants) beside SDPA pinned to each backend that runs the case, one process, "
            "alternating rounds, after every check against float64 passed. TFLOP/s = 4·B·H·S²·D / "
            "time, halved when causal; ratio = the fastest SDPA backend's time / ours (issue 31's "
            "target at 256: 1.0).",),
