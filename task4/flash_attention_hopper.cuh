@@ -208,6 +208,10 @@ struct Params : mma_attn::Params {
   // The general v5 at head_dim 128 without softcap in its old key loop (Tile::kLeanGeneral
   // false), for A/B runs: the host sets it from ATTN_HOPPER_GENERAL_LOOP on every call.
   bool old_general_loop = false;
+  // The general v5 at head_dim 128 without softcap with its split loop's cut tiles on the
+  // two-sided mask (Tile::kEdgeMasks false), for A/B runs: the host sets it from
+  // ATTN_HOPPER_EDGE_MASK on every call.
+  bool two_sided_edges = false;
 };
 
 // How the general instantiation places its tiles on a variant (Params::variant_tiling).
@@ -287,9 +291,10 @@ __host__ __device__ inline QueryTiling aligned_query_tiling(int seq_q, int key_b
 // (ATTN_HOPPER_D256_TILE=80; flash_attention_hopper.cu, d256_tile80_schedule).
 // kLeanGeneral_ (Tile::kLeanGeneral): false keeps the general v5 as it was before its key loop
 // was split, for A/B runs in one process (head_dim 128 without softcap only: dispatch_general,
-// Params::old_general_loop).
+// Params::old_general_loop). kEdgeMasks_ (Tile::kEdgeMasks): false keeps the split loop's cut
+// tiles on the two-sided mask, likewise (Params::two_sided_edges).
 template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0,
-          bool kLeanGeneral_ = true>
+          bool kLeanGeneral_ = true, bool kEdgeMasks_ = true>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kVersion = kVersion_;
@@ -326,6 +331,14 @@ struct Tile {
   // kLeanGeneral false is the kernel before that, kept for A/B runs (the template's note).
   static constexpr bool kLeanGeneral = kLeanGeneral_;
   static constexpr bool kSplitKeyLoop = kGeneral && kIntraOverlap && kLeanGeneral;
+  // The split loop's cut tiles compare each score with the one end of its row's visible keys
+  // that can cut the tile (mask_edges): the tiles at the top only with the upper end (the causal
+  // diagonal, a symmetric window's upper edge, the sequence end), those at the bottom only with
+  // the lower end (a window's lower edge, left padding's first key), and only the tiles both
+  // ends may cut (a window narrower than about two tiles) with both; each thread's row bounds
+  // computed once per CTA (RowEdges). kEdgeMasks_ false is the split loop before that, every cut
+  // tile rebuilding the predicate and comparing with both ends (apply_mask), for A/B runs.
+  static constexpr bool kEdgeMasks = kSplitKeyLoop && kEdgeMasks_;
   // Warpgroups that compute: 1, then 2; v6 (head_dim 64 only) 3, each at 160 registers.
   static constexpr int kConsumers = kVersion == 6 ? 3 : kWarpSpecialized ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
@@ -380,6 +393,7 @@ struct Tile {
   static_assert(!kPersistent || !kGeneral, "v7 runs dense attention");
   static_assert(!kSoftcap || (kGeneral && kVersion == 5), "the softcap runs on the general v5");
   static_assert(kLeanGeneral || (kGeneral && kVersion == 5), "the old key loop is kept for the general v5");
+  static_assert(kEdgeMasks_ || kSplitKeyLoop, "the two-sided edges are kept for the split key loop");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles stay 1024-byte aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H100 CTA's shared memory");
 };
@@ -1486,6 +1500,86 @@ __device__ __forceinline__ void prepare_scores(float (&s)[Cfg::kBlockN / 2], con
   mask_scores<Cfg>(s, p, w, mask, n_block, kind, row0, col_in_tile);
 }
 
+// The split key loop's cut tiles on one-sided masks (Tile::kEdgeMasks). Without a mask tensor
+// each row's visible keys are one interval [lo, hi) (KeyMask::visible_keys), and a CTA's key
+// tiles fall in ranges that CtaWork already knows: tile n >= unmasked_begin starts at or after
+// every row's lo (the lower end cuts nothing there), tile n < unmasked_end ends before every
+// row's hi (the upper end cuts nothing). So the cut tiles at the top (n >= max(unmasked_end,
+// unmasked_begin): the causal diagonal, a symmetric window's upper edge, the sequence end) need
+// the upper end alone and those at the bottom below unmasked_end (a window's lower edge, left
+// padding's first key) the lower end alone; only the tiles in [unmasked_end, unmasked_begin),
+// which a window narrower than about two tiles (or left padding and causal in one tile) cuts at
+// both ends, compare with both. (Rows >= S_q, never stored, are left out of unmasked_begin: they
+// may keep keys below their lo on an upper-only tile; every stored row gets the same -inf as
+// with both comparisons, so the results are the same bit for bit.)
+//
+// A thread's two rows' ends, counted from its first column of key tile 0 (key key_base +
+// col_in_tile): key tile n's column 8c + e is visible to row h iff lo[h] - n * kBlockN <= 8c + e
+// < hi[h] - n * kBlockN (apply_mask's comparisons on the same integers). Computed once per CTA,
+// four registers through the key loop, where a cut tile rebuilt the predicate from the
+// parameters (the key length loaded again) and both ends of each row.
+struct RowEdges {
+  int lo[2];
+  int hi[2];
+};
+
+template <typename Cfg>
+__device__ __forceinline__ RowEdges row_edges(const attn::KeyMask<Cfg::kGeneral>& mask, const CtaWork& w,
+                                              int row0, int col_in_tile) {
+  RowEdges e{};
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: each row's visible_keys minus (key_base + col_in_tile).
+  const int col0 = w.key_base + col_in_tile;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int2 keys = mask.visible_keys(row0 + 8 * h);
+    e.lo[h] = keys.x - col0;
+    e.hi[h] = keys.y - col0;
+  }
+  // END SOLUTION
+  return e;
+}
+
+// Which ends of the rows' intervals can cut a key tile (mask_edges).
+enum TileEdges : int { kUpperEdge = 1, kLowerEdge = 2, kBothEdges = 3 };
+
+// The mask of a cut key tile n_block from the rows' ends (RowEdges): -inf where the column lies
+// at or above the row's hi (kUpperEdge) or below its lo (kLowerEdge): one comparison and a select
+// per score on a tile one end cuts, as the dense kernels' diagonal tile.
+template <typename Cfg, int kEdges>
+__device__ __forceinline__ void mask_edges(float (&s)[Cfg::kBlockN / 2], const RowEdges& edges, int n_block) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: as apply_mask, with the row's ends less n_block * kBlockN.
+  const int shift = n_block * Cfg::kBlockN;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int lo = edges.lo[h] - shift, hi = edges.hi[h] - shift;
+#pragma unroll
+    for (int c = 0; c < Cfg::kBlockN / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * c + e;
+        if (((kEdges & kUpperEdge) && col >= hi) || ((kEdges & kLowerEdge) && col < lo))
+          s[4 * c + 2 * h + e] = -INFINITY;
+      }
+  }
+  // END SOLUTION
+}
+
+// A key tile outside the key loop's split (the CTA's first): the ends that cut it, by a uniform
+// test (CtaWork::needs_mask's two comparisons, without a mask tensor).
+template <typename Cfg>
+__device__ __forceinline__ void mask_tile_edges(float (&s)[Cfg::kBlockN / 2], const CtaWork& w,
+                                                const RowEdges& edges, int n_block) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: mask_edges with the ends of [unmasked_begin, unmasked_end) it lies outside.
+  const bool above = n_block >= w.unmasked_end, below = n_block < w.unmasked_begin;
+  if (above && below) mask_edges<Cfg, kBothEdges>(s, edges, n_block);
+  else if (above) mask_edges<Cfg, kUpperEdge>(s, edges, n_block);
+  else if (below) mask_edges<Cfg, kLowerEdge>(s, edges, n_block);
+  // END SOLUTION
+}
+
 // The shared-memory addresses of one CTA (the dynamic allocation rounded up to 1024 bytes).
 template <typename Cfg>
 struct SmemTiles {
@@ -1754,9 +1848,13 @@ __device__ __forceinline__ uint32_t ring_parity(int t) { return static_cast<uint
 //   kAnyTile      decides per tile (the mask where CtaWork::needs_mask says, a mask tensor's
 //                 elements where the summary calls the tile partial): the loop with a summary,
 //                 and Tile::kLeanGeneral false (the loop before the split, for A/B runs);
-//   kCutTile      the interval cuts the tile: the per-element predicate, no test;
-//   kVisibleTile  every row sees the whole tile: nothing but the softcap.
-enum TilePath : int { kAnyTile = 0, kCutTile = 1, kVisibleTile = 2 };
+//   kCutTile      the interval cuts the tile: the per-element predicate, no test (Tile::kEdgeMasks
+//                 false: both ends of each row's interval);
+//   kVisibleTile  every row sees the whole tile: nothing but the softcap;
+//   kUpperCutTile, kLowerCutTile, kBothCutTile  (Tile::kEdgeMasks) the interval cuts the tile
+//                 at the top, at the bottom, or both: mask_edges with those ends, no test.
+enum TilePath : int { kAnyTile = 0, kCutTile = 1, kVisibleTile = 2, kUpperCutTile = 3, kLowerCutTile = 4,
+                      kBothCutTile = 5 };
 
 // The consumer's state that goes from one key tile to the next in the overlapped loop.
 template <typename Cfg>
@@ -1773,9 +1871,9 @@ struct OverlapCarry {
 template <typename Element, typename Cfg, int kPath>
 __device__ __forceinline__ void overlapped_tile(const Params& p, const CtaWork& w, const SmemTiles<Cfg>& smem,
                                                 RowState<Cfg>& st, OverlapCarry<Cfg>& c,
-                                                const attn::KeyMask<Cfg::kGeneral>& mask, uint32_t q_rows,
-                                                int row0, int col_in_tile, int consumer, int lane, int t,
-                                                int n_block, int kind, int& next, int& next_kind) {
+                                                const attn::KeyMask<Cfg::kGeneral>& mask, const RowEdges& edges,
+                                                uint32_t q_rows, int row0, int col_in_tile, int consumer, int lane,
+                                                int t, int n_block, int kind, int& next, int& next_kind) {
   // BEGIN SOLUTION kernel
   // HINT: Wait K[t] and V[t-1], on the turn issue S[t] and O += P[t-1] V[t-1], wgmma_wait<1>,
   // HINT: release K, mask (kPath) + softmax_update, wgmma_wait<0>, release V, rescale_o, pack P.
@@ -1806,6 +1904,9 @@ __device__ __forceinline__ void overlapped_tile(const Params& p, const CtaWork& 
     } else {
       softcap_scores<Cfg>(c.s, p);
       if constexpr (kPath == kCutTile) mask_scores<Cfg>(c.s, p, w, mask, n_block, kTileVisible, row0, col_in_tile);
+      if constexpr (kPath == kUpperCutTile) mask_edges<Cfg, kUpperEdge>(c.s, edges, n_block);
+      if constexpr (kPath == kLowerCutTile) mask_edges<Cfg, kLowerEdge>(c.s, edges, n_block);
+      if constexpr (kPath == kBothCutTile) mask_edges<Cfg, kBothEdges>(c.s, edges, n_block);
     }
     softmax_update<Cfg>(c.s, st, p.scale_log2, c.correction);
     wgmma_wait<0>();  // O is written and P[j-1]'s fragments are read
@@ -1828,7 +1929,8 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1 (overlapped_tile):
   // HINT: wait K[j] and V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask +
   // HINT: softmax_update, wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]; without a mask tensor
-  // HINT: the cut tiles and the wholly visible ones in loops of their own (kCutTile, kVisibleTile).
+  // HINT: the cut tiles and the wholly visible ones in loops of their own (kCutTile, kVisibleTile;
+  // HINT: with Tile::kEdgeMasks each cut loop on the ends that cut its tiles, row_edges, mask_edges).
   // HINT: Last: O += P V of the last tile.
   // HINT: Tile j uses stage (j0 + j) % kStages, parity ((j0 + j) / kStages) & 1; set `visited`
   // HINT: and release q_empty (when not 0) once the last S is in, and when no tile is visited.
@@ -1844,6 +1946,11 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     if (consumer == Cfg::kConsumers - 1) pass_turn<Cfg::kConsumers>(consumer);  // consumer 0 starts
   }
 
+  // The rows' ends for the cut tiles' one-sided masks (Tile::kEdgeMasks; the loop without a
+  // mask tensor), computed while the first K tile lands.
+  RowEdges edges{};
+  if constexpr (Cfg::kEdgeMasks) edges = row_edges<Cfg>(mask, w, row0, col_in_tile);
+
   OverlapCarry<Cfg> c;
   // Tile 0 (the highest key block): scores, mask, softmax; O is still zero.
   mbarrier_wait(smem.k_full(ring_stage<Cfg>(j0)), ring_parity<Cfg>(j0));
@@ -1856,7 +1963,12 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   wgmma_wait<0>();
   fence_registers(c.s);
   release_stage(smem.k_empty(ring_stage<Cfg>(j0)), lane);
-  prepare_scores<Cfg>(c.s, p, w, mask, n_block, kind, row0, col_in_tile);
+  if (Cfg::kEdgeMasks && w.summary == nullptr) {
+    softcap_scores<Cfg>(c.s, p);
+    mask_tile_edges<Cfg>(c.s, w, edges, n_block);
+  } else {
+    prepare_scores<Cfg>(c.s, p, w, mask, n_block, kind, row0, col_in_tile);
+  }
   softmax_update<Cfg>(c.s, st, p.scale_log2, c.correction);
   pack_p<Element, Cfg>(c.a, c.s);
 
@@ -1868,24 +1980,35 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     // one over the tiles every row sees whole. A tile is cut where CtaWork::needs_mask says
     // (n >= unmasked_end or n < unmasked_begin), so the middle is empty when unmasked_end <=
     // unmasked_begin. The same operations on every tile as kAnyTile's.
+    // With Tile::kEdgeMasks the tiles at the top are cut by the upper ends alone (n >=
+    // unmasked_begin), and those at the bottom by the lower ends alone where n < unmasked_end;
+    // the bottom tiles in [unmasked_end, unmasked_begin) (the middle is empty then) by both
+    // (mask_edges' note).
+    constexpr int kTopPath = Cfg::kEdgeMasks ? kUpperCutTile : kCutTile;
+    constexpr int kBottomPath = Cfg::kEdgeMasks ? kLowerCutTile : kCutTile;
     const int cut_above = max(max(w.unmasked_end, w.unmasked_begin), w.n_first);
     const int visible_from = max(w.unmasked_begin, w.n_first);
     int n = next;
     for (; n >= cut_above; --n, ++j)
-      overlapped_tile<Element, Cfg, kCutTile>(p, w, smem, st, c, mask, q_rows, row0, col_in_tile, consumer,
-                                              lane, j0 + j, n, kTileVisible, next, next_kind);
+      overlapped_tile<Element, Cfg, kTopPath>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                              consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
     for (; n >= visible_from; --n, ++j)
-      overlapped_tile<Element, Cfg, kVisibleTile>(p, w, smem, st, c, mask, q_rows, row0, col_in_tile, consumer,
-                                                  lane, j0 + j, n, kTileVisible, next, next_kind);
+      overlapped_tile<Element, Cfg, kVisibleTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                  consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
+    if constexpr (Cfg::kEdgeMasks) {
+      for (const int cut_both_from = max(w.unmasked_end, w.n_first); n >= cut_both_from; --n, ++j)
+        overlapped_tile<Element, Cfg, kBothCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                    consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
+    }
     for (; n >= w.n_first; --n, ++j)
-      overlapped_tile<Element, Cfg, kCutTile>(p, w, smem, st, c, mask, q_rows, row0, col_in_tile, consumer,
-                                              lane, j0 + j, n, kTileVisible, next, next_kind);
+      overlapped_tile<Element, Cfg, kBottomPath>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                 consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
   } else {
     for (; next >= w.n_first; ++j) {
       n_block = next;
       kind = next_kind;
-      overlapped_tile<Element, Cfg, kAnyTile>(p, w, smem, st, c, mask, q_rows, row0, col_in_tile, consumer,
-                                              lane, j0 + j, n_block, kind, next, next_kind);
+      overlapped_tile<Element, Cfg, kAnyTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                              consumer, lane, j0 + j, n_block, kind, next, next_kind);
     }
   }
   // Q is read no more (the last S is in): v7's producer may load the next tile's.
@@ -2267,9 +2390,11 @@ Launcher dispatch_general(const Params& p, int64_t version) {
   if constexpr (kHeadDim != 256) {
     if (version == 2 && p.mask.mask == nullptr) return launcher<Element, Tile<kHeadDim, 2, true>>();
   }
-  // (Its old key loop, kept for A/B runs at head_dim 128 alone: one more kernel per element type.)
+  // (Its old key loop, and its split loop with the two-sided mask on every cut tile, kept for A/B
+  // runs at head_dim 128 alone: two more kernels per element type.)
   if constexpr (kHeadDim == 128) {
     if (p.old_general_loop) return launcher<Element, Tile<kHeadDim, 5, true, false, 0, false>>();
+    if (p.two_sided_edges) return launcher<Element, Tile<kHeadDim, 5, true, false, 0, true, false>>();
   }
   return launcher<Element, Tile<kHeadDim, 5, true>>();
 }

@@ -32,9 +32,10 @@ SOURCES = [REPO_ROOT / "task4" / name for name in (
 # with the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the
 # softcap, + head_dim 256's own tile: 2 dtypes x (v2, v5 dense, v5 general, v5 softcap), + its
 # 80-key tile (ATTN_HOPPER_D256_TILE): 2 dtypes x (v4, v5) dense, + the general v5's old key
-# loop at head_dim 128 (ATTN_HOPPER_GENERAL_LOOP=old): 2 dtypes. Head_dim 96 runs on the 128
-# instantiations.
-EXPECTED_KERNELS = 26 + 8 + 4 + 8 + 4 + 2
+# loop at head_dim 128 (ATTN_HOPPER_GENERAL_LOOP=old): 2 dtypes, + its split loop with the
+# two-sided mask on every cut tile (ATTN_HOPPER_EDGE_MASK=two_sided): 2 dtypes. Head_dim 96 runs
+# on the 128 instantiations.
+EXPECTED_KERNELS = 26 + 8 + 4 + 8 + 4 + 2 + 2
 
 
 def _need_nvcc() -> str:
@@ -684,4 +685,52 @@ def test_general_key_loop_split_matches_old(dtype, monkeypatch):
             results[loop] = (out, lse)
         same = all(torch.equal(bits(a), bits(b_)) for a, b_ in zip(results["old"], results["split"]))
         checks.append(Check(f"split == old bit for bit: {name}", same, "output and lse"))
+    assert_checks(checks)
+
+
+# The split loop's cut tiles on one-sided masks (flash_attention_hopper.cuh, Tile::kEdgeMasks)
+# against the two-sided mask on every cut tile (ATTN_HOPPER_EDGE_MASK=two_sided, head_dim 128 and
+# 96 without softcap): the same scores set to -inf in every stored row, so the same bits, output
+# and lse; and within FlashAttention-2's criterion of float64. In both tilings (aligned, and from
+# zero: more tiles cut at the top, left padding's first key inside a tile), with windows narrower
+# than a tile (tiles cut at both ends) and wider.
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_general_edge_masks_match_two_sided(dtype, monkeypatch):
+    hopper = _hopper_or_skip()
+    from common.checks import Check, assert_checks
+    from common.variants import Variant, check_variant
+
+    def bits(t):
+        return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
+
+    def lens(*xs):
+        return torch.tensor(xs, dtype=torch.int32, device="cuda")
+    cases = _general_loop_cases()[:-1] + [  # (the mask tensor keeps the per-tile loop)
+        (1, 2, 2, 700, 700, 128, dict(causal=True, window=50)),
+        (2, 2, 2, 600, 600, 96, dict(causal=True, window=100, key_lengths=lens(600, 333), left_padding=True)),
+        (2, 2, 2, 513, 513, 128, dict(causal=False, window=64, key_lengths=lens(513, 200))),
+        (2, 2, 2, 650, 650, 128, dict(causal=False, window=190, key_lengths=lens(650, 377), left_padding=True)),
+    ]
+    checks = []
+    for b, hq, hkv, sq, sk, d, kwargs in cases:
+        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
+        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
+        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        variant = Variant(**kwargs)
+        call = {n: value for n, value in variant.kwargs().items() if n != "causal"}
+        for tiling in ("1", "0"):
+            monkeypatch.setenv("ATTN_HOPPER_VARIANT_ALIGN", tiling)
+            name = f"{(b, hq, hkv, sq, sk, d)} {variant.describe()} tiling {tiling}"
+            results = {}
+            for mode in ("two_sided", "one_sided"):
+                monkeypatch.setenv("ATTN_HOPPER_EDGE_MASK", mode)
+                checks.append(check_variant(
+                    f"{mode} {name}", lambda out, q=q, k=k, v=v, causal=variant.causal, call=call:
+                    hopper.flash_attention_hopper(q, k, v, causal, 5, out, **call), q, k, v, variant))
+                lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+                out = hopper.flash_attention_hopper(q, k, v, variant.causal, 5, None, lse, **call)
+                results[mode] = (out, lse)
+            same = all(torch.equal(bits(a), bits(b_)) for a, b_ in zip(results["two_sided"], results["one_sided"]))
+            checks.append(Check(f"one_sided == two_sided bit for bit: {name}", same, "output and lse"))
     assert_checks(checks)
