@@ -201,6 +201,15 @@ struct GqaParams {
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
   int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
+  // Measurement switches (decode_gqa.cu reads them per call from the environment; 0 = the
+  // default). merge_spread (ATTN_GQA_MERGE=spread): every split block of a row tile waits for
+  // the others and merges a 1/num_splits slice of the outputs (merge_spread), instead of the last
+  // block merging them all; only where every block of the grid is resident at once.
+  // setup_early (ATTN_GQA_SETUP=before): the block's geometry and, without key lengths, its
+  // key and split range are computed before waiting for the kernel before (they read only
+  // blockIdx and parameters), not after it.
+  int merge_spread;
+  int setup_early;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -383,8 +392,8 @@ struct GqaBlock {
   int row_tile, split, kv;
   int64_t b_kv, b;
   int row0, rows_here;  // the tile's first query row (of the KV head's rows) and how many
-  __device__ __forceinline__ explicit GqaBlock(const GqaParams& p) {
-    int64_t block = blockIdx.x;
+  __device__ __forceinline__ explicit GqaBlock(const GqaParams& p) : GqaBlock(p, blockIdx.x) {}
+  __device__ __forceinline__ GqaBlock(const GqaParams& p, int64_t block) {
     row_tile = static_cast<int>(block % p.row_tiles);
     block /= p.row_tiles;
     split = static_cast<int>(block % p.num_splits);
@@ -400,6 +409,127 @@ __device__ __forceinline__ int2 split_tiles(int n_tiles, int split, int num_spli
   const int per_split = (n_tiles + num_splits - 1) / num_splits;
   const int begin = min(split * per_split, n_tiles);
   return make_int2(begin, min(begin + per_split, n_tiles));
+}
+
+// blockIdx.x read through a volatile asm, which the compiler neither hoists above another
+// volatile asm (the wait for the kernel before) nor merges with an earlier read: the default
+// (setup_early == 0) computes the block's geometry after the wait, as before the switch existed.
+__device__ __forceinline__ int64_t block_index_after_wait() {
+  unsigned block;
+  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(block));
+  return block;
+}
+
+// A block's keys (uniform over the block): [key_lo, key_hi) some row of its tile may see (a
+// window: only the window's), its split's tiles [tile_begin, tile_end) of kT keys from key_lo,
+// and the keys [unmasked.x, unmasked.y) every row sees with no bias.
+struct GqaPlan {
+  int key_lo, key_hi, tile_begin, tile_end;
+  int2 unmasked;
+};
+
+template <int kT>
+__device__ __forceinline__ GqaPlan plan_keys(const GqaParams& p, const GqaBlock& at,
+                                             const attn::KeyMask<true>& range) {
+  const int q_first = at.row0 / p.group, q_last = (at.row0 + at.rows_here - 1) / p.group;
+  GqaPlan plan;
+  plan.key_lo = max(range.keys_begin(q_first), 0);
+  plan.key_hi = range.keys_end(q_last);
+  plan.unmasked = range.unmasked_keys(q_first, q_last);
+  const int n_tiles = plan.key_hi > plan.key_lo ? (plan.key_hi - plan.key_lo + kT - 1) / kT : 0;
+  const int2 split_range = split_tiles(n_tiles, at.split, p.num_splits);
+  plan.tile_begin = split_range.x;
+  plan.tile_end = split_range.y;
+  return plan;
+}
+
+// Measurement switch (GqaParams::merge_spread, ATTN_GQA_MERGE=spread): the split merge spread
+// over the row tile's split blocks instead of done by the last of them. merge_in_last_block has
+// one block read every split's partial rows (at batch 1, 4 KV heads, 32 splits: 128 KB through one
+// SM's path to L2, after the slowest split). Here every block counts itself, waits until all
+// num_splits blocks have (so the host switches it on only where the whole grid is resident at
+// once: a waiting block must not keep another from being scheduled), then merges its 1/num_splits
+// share of the tile's 8-element output chunks: all splits' loads of its share at once into shared
+// memory, then each chunk summed in split order with merge_in_last_block's weights and
+// arithmetic, so the output has the same bits. The second count of each block lets the last to
+// leave zero the counter for the next decode. num_splits <= kSpreadMaxSplits.
+constexpr int kSpreadMaxSplits = 128;
+constexpr int kSpreadWeightBytes = kRowsPerTile * kSpreadMaxSplits * 4;
+
+__device__ __forceinline__ int load_relaxed_gpu(const int* ptr) {
+  int value;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(ptr) : "memory");
+  return value;
+}
+
+template <typename Cfg, typename Element>
+__device__ __forceinline__ void merge_spread(const GqaParams& p, const GqaBlock& at) {
+  constexpr int kMaxChunks8 = kGqaMaxHeadDim / 8;
+  static_assert(kSpreadWeightBytes + (kRowsPerTile * kMaxChunks8 + kSpreadMaxSplits) * 32 <=
+                    Cfg::kSmemBytes, "the weights and the staged partials fit");
+  extern __shared__ __align__(128) unsigned char smem_spread[];
+  float* const weights = reinterpret_cast<float*>(smem_spread);  // [rows of the share][splits]
+  float4* const staged = reinterpret_cast<float4*>(smem_spread + kSpreadWeightBytes);
+  __shared__ float row_scale[kRowsPerTile];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int splits = p.num_splits;
+  int* const counter = p.counters + at.b_kv * p.row_tiles + at.row_tile;
+  __syncthreads();  // the block's partials and lse are written, and nobody reads smem any more
+  if (tid == 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
+    atomicAdd(counter, 1);
+    while (load_relaxed_gpu(counter) < splits) __nanosleep(32);
+    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the counts, then the others' writes
+#endif
+  }
+  __syncthreads();
+  const int chunks8 = p.head_dim / 8;  // head_dim is a multiple of 8
+  const int items = at.rows_here * chunks8;
+  const int per = (items + splits - 1) / splits;
+  const int lo = min(at.split * per, items), hi = min(lo + per, items), n = hi - lo;
+  if (n > 0) {  // uniform over the block
+    const int r_lo = lo / chunks8, r_hi = (hi - 1) / chunks8;  // the share's rows
+    const int64_t first = at.b_kv * splits * p.rows + at.row0;  // split 0's row row0
+    for (int rr = r_lo + warp; rr <= r_hi; rr += Cfg::kWarps) {  // as merge_in_last_block
+      float m = -INFINITY;
+      for (int s = lane; s < splits; s += 32)
+        m = fmaxf(m, __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr));
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
+      float total = 0.f;
+      for (int s = lane; s < splits; s += 32) {
+        const float lse = __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr);
+        const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
+        weights[(rr - r_lo) * splits + s] = w;
+        total += w;
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
+      if (lane == 0) row_scale[rr - r_lo] = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
+    }
+    // Every split's partial of every chunk of the share, all loads at once: pair = s * n + i.
+    for (int pair = tid; pair < n * splits; pair += Cfg::kThreads) {
+      const int s = pair / n, item = lo + pair % n;
+      const int rr = item / chunks8, d0 = (item % chunks8) * 8;
+      const float* src = p.partial + (first + static_cast<int64_t>(s) * p.rows + rr) * p.head_dim + d0;
+      staged[2 * pair] = __ldcg(reinterpret_cast<const float4*>(src));
+      staged[2 * pair + 1] = __ldcg(reinterpret_cast<const float4*>(src + 4));
+    }
+    __syncthreads();
+    for (int i = tid; i < n; i += Cfg::kThreads) {
+      const int item = lo + i, rr = item / chunks8, d0 = (item % chunks8) * 8;
+      float val[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      for (int s = 0; s < splits; ++s)
+        add_weighted(val, weights[(rr - r_lo) * splits + s], staged[2 * (s * n + i)],
+                     staged[2 * (s * n + i) + 1]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) val[e] *= row_scale[rr - r_lo];
+      store_output<Element>(p, at.b, at.kv, at.row0 + rr, d0, val);
+    }
+  }
+  // The last block to leave zeroes the counter (each block counted once more, after its wait).
+  if (tid == 0 && atomicAdd(counter, 1) == 2 * splits - 1) *counter = 0;
 }
 
 // Given: what a block does while the kernel before it in the stream finishes (an overlapped
@@ -450,6 +580,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
                                                                      const KvLayout kv_layout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   prefetch_first_tiles<Cfg, Element>(p, kv_layout);  // given: while the kernel before finishes
+  // Given (measurement switch setup_early): the block's geometry and, without key lengths (the
+  // only memory a plan reads), its plan of keys, before the wait; used below when switched on.
+  const GqaBlock early_block(p);
+  const bool early_plan_ok = p.setup_early && p.mask.key_lengths == nullptr;
+  GqaPlan early_plan{};
+  if (early_plan_ok) {
+    early_plan = plan_keys<Cfg::kTileKeys>(
+        p, early_block,
+        attn::KeyMask<true>(p.mask, early_block.b, static_cast<int64_t>(early_block.kv) * p.group));
+  }
   attn::wait_for_previous_kernel();  // given: q, the cache and the key lengths come from it
   attn::let_next_kernel_start();
   // BEGIN SOLUTION kernel
@@ -476,21 +616,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   __shared__ float warp_weight[kW][kRowsPerTile]; // each warp's factor in the final row
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const GqaBlock at(p);
+  const GqaBlock at = p.setup_early ? early_block : GqaBlock(p, block_index_after_wait());
   const int split = at.split, kv = at.kv, row0 = at.row0, rows_here = at.rows_here;
   const int64_t b_kv = at.b_kv, b = at.b;
-  const int q_first = row0 / p.group, q_last = (row0 + rows_here - 1) / p.group;
 
   // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
   // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
-  // visible to every row with no bias. Uniform over the block.
-  const attn::KeyMask<true> range(p.mask, b, static_cast<int64_t>(kv) * p.group);
-  const int key_lo = max(range.keys_begin(q_first), 0);
-  const int key_hi = range.keys_end(q_last);
-  const int2 unmasked = range.unmasked_keys(q_first, q_last);
-  const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
-  const int2 split_range = split_tiles(n_tiles, split, p.num_splits);
-  const int tile_begin = split_range.x, tile_end = split_range.y;
+  // visible to every row with no bias (plan_keys). Uniform over the block.
+  const GqaPlan plan = early_plan_ok
+      ? early_plan
+      : plan_keys<kT>(p, at, attn::KeyMask<true>(p.mask, b, static_cast<int64_t>(kv) * p.group));
+  const int key_lo = plan.key_lo, key_hi = plan.key_hi;
+  const int2 unmasked = plan.unmasked;
+  const int tile_begin = plan.tile_begin, tile_end = plan.tile_end;
   // This warp's tiles: tile_begin + warp, + kW, + 2 kW, ...
   const int my_tiles = tile_end - tile_begin > warp ? (tile_end - tile_begin - warp + kW - 1) / kW : 0;
 
@@ -727,7 +865,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
     }
   }
   // END SOLUTION
-  if (p.num_splits > 1 && p.counters != nullptr) merge_in_last_block<Cfg, Element>(p);
+  if (p.num_splits > 1 && p.counters != nullptr) {
+    if (p.merge_spread) merge_spread<Cfg, Element>(p, GqaBlock(p));  // measurement switch
+    else merge_in_last_block<Cfg, Element>(p);
+  }
 #else
   // Built for a GPU older than sm_80 (no cp.async, no bf16 mma): the host refuses to launch.
   __trap();
