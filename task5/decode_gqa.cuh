@@ -73,6 +73,15 @@
 // Prefetching 4 tiles per warp instead of kStages - 1 was slower at batch 64 and at batch 1 with
 // 8 KV heads, and two 4-warp blocks per SM for unsplit work changed nothing measurable
 // (results/logs/h100_gqa_prefetch_pair_ab.json).
+// The block's geometry (which row tile, split and (sequence, KV head) it is: three divisions)
+// and, where no key lengths are read, its plan of keys are computed before the wait too, as
+// they read only blockIdx and parameters: against computing them after the wait this was
+// faster on all 5 measured shapes and on the floor below, a decode of 16 keys (4.03 -> 3.63 us,
+// cuDNN 2.93; H100, one process, interleaved: results/logs/h100_s8_decode_floor/
+// decode_floor_ab.log, its script beside it). The same A/B found two other ideas slower on every
+// shape, and they were removed: a split merge spread over the split blocks (each waiting for
+// its row tile's splits, then merging a 1/num_splits share, instead of the last block merging
+// all) and a split count that fills the SMs (33 instead of 32 splits at batch 1, 4 KV heads).
 // What is left at batch 1 is that fixed cost, not the streaming: fitted over contexts, a decode
 // takes a fixed time plus its bytes at about the copy bandwidth (h100_gqa_pdl_ab.json), and the
 // fixed time is a kernel launch, one trip to HBM and the split merge; a decode of 16 keys
@@ -201,15 +210,6 @@ struct GqaParams {
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
   int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
-  // Measurement switches (decode_gqa.cu reads them per call from the environment; 0 = the
-  // default). merge_spread (ATTN_GQA_MERGE=spread): every split block of a row tile waits for
-  // the others and merges a 1/num_splits slice of the outputs (merge_spread), instead of the last
-  // block merging them all; only where every block of the grid is resident at once.
-  // setup_early (ATTN_GQA_SETUP=before): the block's geometry and, without key lengths, its
-  // key and split range are computed before waiting for the kernel before (they read only
-  // blockIdx and parameters), not after it.
-  int merge_spread;
-  int setup_early;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -411,15 +411,6 @@ __device__ __forceinline__ int2 split_tiles(int n_tiles, int split, int num_spli
   return make_int2(begin, min(begin + per_split, n_tiles));
 }
 
-// blockIdx.x read through a volatile asm, which the compiler neither hoists above another
-// volatile asm (the wait for the kernel before) nor merges with an earlier read: the default
-// (setup_early == 0) computes the block's geometry after the wait, as before the switch existed.
-__device__ __forceinline__ int64_t block_index_after_wait() {
-  unsigned block;
-  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(block));
-  return block;
-}
-
 // A block's keys (uniform over the block): [key_lo, key_hi) some row of its tile may see (a
 // window: only the window's), its split's tiles [tile_begin, tile_end) of kT keys from key_lo,
 // and the keys [unmasked.x, unmasked.y) every row sees with no bias.
@@ -441,95 +432,6 @@ __device__ __forceinline__ GqaPlan plan_keys(const GqaParams& p, const GqaBlock&
   plan.tile_begin = split_range.x;
   plan.tile_end = split_range.y;
   return plan;
-}
-
-// Measurement switch (GqaParams::merge_spread, ATTN_GQA_MERGE=spread): the split merge spread
-// over the row tile's split blocks instead of done by the last of them. merge_in_last_block has
-// one block read every split's partial rows (at batch 1, 4 KV heads, 32 splits: 128 KB through one
-// SM's path to L2, after the slowest split). Here every block counts itself, waits until all
-// num_splits blocks have (so the host switches it on only where the whole grid is resident at
-// once: a waiting block must not keep another from being scheduled), then merges its 1/num_splits
-// share of the tile's 8-element output chunks: all splits' loads of its share at once into shared
-// memory, then each chunk summed in split order with merge_in_last_block's weights and
-// arithmetic, so the output has the same bits. The second count of each block lets the last to
-// leave zero the counter for the next decode. num_splits <= kSpreadMaxSplits.
-constexpr int kSpreadMaxSplits = 128;
-constexpr int kSpreadWeightBytes = kRowsPerTile * kSpreadMaxSplits * 4;
-
-__device__ __forceinline__ int load_relaxed_gpu(const int* ptr) {
-  int value;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(ptr) : "memory");
-  return value;
-}
-
-template <typename Cfg, typename Element>
-__device__ __forceinline__ void merge_spread(const GqaParams& p, const GqaBlock& at) {
-  constexpr int kMaxChunks8 = kGqaMaxHeadDim / 8;
-  static_assert(kSpreadWeightBytes + (kRowsPerTile * kMaxChunks8 + kSpreadMaxSplits) * 32 <=
-                    Cfg::kSmemBytes, "the weights and the staged partials fit");
-  extern __shared__ __align__(128) unsigned char smem_spread[];
-  float* const weights = reinterpret_cast<float*>(smem_spread);  // [rows of the share][splits]
-  float4* const staged = reinterpret_cast<float4*>(smem_spread + kSpreadWeightBytes);
-  __shared__ float row_scale[kRowsPerTile];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int splits = p.num_splits;
-  int* const counter = p.counters + at.b_kv * p.row_tiles + at.row_tile;
-  __syncthreads();  // the block's partials and lse are written, and nobody reads smem any more
-  if (tid == 0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
-    atomicAdd(counter, 1);
-    while (load_relaxed_gpu(counter) < splits) __nanosleep(32);
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the counts, then the others' writes
-#endif
-  }
-  __syncthreads();
-  const int chunks8 = p.head_dim / 8;  // head_dim is a multiple of 8
-  const int items = at.rows_here * chunks8;
-  const int per = (items + splits - 1) / splits;
-  const int lo = min(at.split * per, items), hi = min(lo + per, items), n = hi - lo;
-  if (n > 0) {  // uniform over the block
-    const int r_lo = lo / chunks8, r_hi = (hi - 1) / chunks8;  // the share's rows
-    const int64_t first = at.b_kv * splits * p.rows + at.row0;  // split 0's row row0
-    for (int rr = r_lo + warp; rr <= r_hi; rr += Cfg::kWarps) {  // as merge_in_last_block
-      float m = -INFINITY;
-      for (int s = lane; s < splits; s += 32)
-        m = fmaxf(m, __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr));
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
-      float total = 0.f;
-      for (int s = lane; s < splits; s += 32) {
-        const float lse = __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr);
-        const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
-        weights[(rr - r_lo) * splits + s] = w;
-        total += w;
-      }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
-      if (lane == 0) row_scale[rr - r_lo] = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
-    }
-    // Every split's partial of every chunk of the share, all loads at once: pair = s * n + i.
-    for (int pair = tid; pair < n * splits; pair += Cfg::kThreads) {
-      const int s = pair / n, item = lo + pair % n;
-      const int rr = item / chunks8, d0 = (item % chunks8) * 8;
-      const float* src = p.partial + (first + static_cast<int64_t>(s) * p.rows + rr) * p.head_dim + d0;
-      staged[2 * pair] = __ldcg(reinterpret_cast<const float4*>(src));
-      staged[2 * pair + 1] = __ldcg(reinterpret_cast<const float4*>(src + 4));
-    }
-    __syncthreads();
-    for (int i = tid; i < n; i += Cfg::kThreads) {
-      const int item = lo + i, rr = item / chunks8, d0 = (item % chunks8) * 8;
-      float val[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int s = 0; s < splits; ++s)
-        add_weighted(val, weights[(rr - r_lo) * splits + s], staged[2 * (s * n + i)],
-                     staged[2 * (s * n + i) + 1]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) val[e] *= row_scale[rr - r_lo];
-      store_output<Element>(p, at.b, at.kv, at.row0 + rr, d0, val);
-    }
-  }
-  // The last block to leave zeroes the counter (each block counted once more, after its wait).
-  if (tid == 0 && atomicAdd(counter, 1) == 2 * splits - 1) *counter = 0;
 }
 
 // Given: what a block does while the kernel before it in the stream finishes (an overlapped
@@ -580,15 +482,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
                                                                      const KvLayout kv_layout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   prefetch_first_tiles<Cfg, Element>(p, kv_layout);  // given: while the kernel before finishes
-  // Given (measurement switch setup_early): the block's geometry and, without key lengths (the
-  // only memory a plan reads), its plan of keys, before the wait; used below when switched on.
-  const GqaBlock early_block(p);
-  const bool early_plan_ok = p.setup_early && p.mask.key_lengths == nullptr;
+  // Given: the block's geometry and, without key lengths (the only memory a plan of keys
+  // reads), its plan of keys, before the wait: they read only blockIdx and parameters, so
+  // they are off the path from the wait to the first copy (see the header).
+  const GqaBlock at(p);
+  const bool plan_before_wait = p.mask.key_lengths == nullptr;
   GqaPlan early_plan{};
-  if (early_plan_ok) {
+  if (plan_before_wait) {
     early_plan = plan_keys<Cfg::kTileKeys>(
-        p, early_block,
-        attn::KeyMask<true>(p.mask, early_block.b, static_cast<int64_t>(early_block.kv) * p.group));
+        p, at, attn::KeyMask<true>(p.mask, at.b, static_cast<int64_t>(at.kv) * p.group));
   }
   attn::wait_for_previous_kernel();  // given: q, the cache and the key lengths come from it
   attn::let_next_kernel_start();
@@ -616,14 +518,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   __shared__ float warp_weight[kW][kRowsPerTile]; // each warp's factor in the final row
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const GqaBlock at = p.setup_early ? early_block : GqaBlock(p, block_index_after_wait());
   const int split = at.split, kv = at.kv, row0 = at.row0, rows_here = at.rows_here;
   const int64_t b_kv = at.b_kv, b = at.b;
 
   // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
   // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
   // visible to every row with no bias (plan_keys). Uniform over the block.
-  const GqaPlan plan = early_plan_ok
+  const GqaPlan plan = plan_before_wait
       ? early_plan
       : plan_keys<kT>(p, at, attn::KeyMask<true>(p.mask, b, static_cast<int64_t>(kv) * p.group));
   const int key_lo = plan.key_lo, key_hi = plan.key_hi;
@@ -866,8 +767,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   }
   // END SOLUTION
   if (p.num_splits > 1 && p.counters != nullptr) {
-    if (p.merge_spread) merge_spread<Cfg, Element>(p, GqaBlock(p));  // measurement switch
-    else merge_in_last_block<Cfg, Element>(p);
+    merge_in_last_block<Cfg, Element>(p);
   }
 #else
   // Built for a GPU older than sm_80 (no cp.async, no bf16 mma): the host refuses to launch.
