@@ -82,6 +82,12 @@
 // shape, and they were removed: a split merge spread over the split blocks (each waiting for
 // its row tile's splits, then merging a 1/num_splits share, instead of the last block merging
 // all) and a split count that fills the SMs (33 instead of 32 splits at batch 1, 4 KV heads).
+// Two more cuts of the fixed cost sit behind a measurement switch, not yet measured
+// (ATTN_GQA_TAIL=lean, GqaParams::tail_lean; .scratch/decode_tail_ab.py on the branch
+// decode-floor): Q's and each warp's first K/V tile's copies issued from addresses worked out
+// before the wait (FirstCopies), and a merge of only the warps that had key tiles, where warp 0
+// alone (a split of one tile, as the floor's) writes its rows from its registers, with no block
+// barrier and no shared-memory round trip.
 // What is left at batch 1 is that fixed cost, not the streaming: fitted over contexts, a decode
 // takes a fixed time plus its bytes at about the copy bandwidth (h100_gqa_pdl_ab.json), and the
 // fixed time is a kernel launch, one trip to HBM and the split merge; a decode of 16 keys
@@ -210,6 +216,11 @@ struct GqaParams {
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
   int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
+  // Measurement switch (decode_gqa.cu reads it per call; 0 = the default): tail_lean
+  // (ATTN_GQA_TAIL=lean) issues the first copies from addresses computed before the wait
+  // (FirstCopies) and merges only the warps that had key tiles; a block whose only such warp
+  // is warp 0 writes its rows from warp 0's registers, with no block barrier (the kernel).
+  int tail_lean;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -273,6 +284,26 @@ __device__ __forceinline__ void store_output(const GqaParams& p, int64_t b, int 
   } else {
 #pragma unroll
     for (int e = 0; e < 8; ++e) dst[e] = from_float<Element>(val[e]);
+  }
+}
+
+// Row r's first element of sequence b's output (KV head kv), and two elements stored at dst
+// (an even column): the measurement switch tail_lean's stores from a warp's fragments, the
+// same conversions as store_output's.
+template <typename Element>
+__device__ __forceinline__ Element* output_row(const GqaParams& p, int64_t b, int kv, int r) {
+  const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+  return static_cast<Element*>(p.out) + b * p.o_stride_b + head * p.o_stride_h +
+         static_cast<int64_t>(r / p.group) * p.o_stride_s;
+}
+
+template <typename Element>
+__device__ __forceinline__ void store_output_pair(const GqaParams& p, Element* dst, float x, float y) {
+  if (p.out_vec16) {
+    *reinterpret_cast<uint32_t*>(dst) = mma_attn::ElementOps<Element>::pack(x, y);
+  } else {
+    dst[0] = from_float<Element>(x);
+    dst[1] = from_float<Element>(y);
   }
 }
 
@@ -386,6 +417,91 @@ __device__ __forceinline__ void load_kv_stage(uint32_t k_tile, uint32_t v_tile, 
   }
 }
 
+// Measurement switch tail_lean (ATTN_GQA_TAIL=lean): the copies of the prologue's first
+// commit groups, Q's (load_q_tile's) and the warp's first K/V tile's (load_kv_stage's), with
+// their sources, destinations and predicates worked out before the wait for the kernel before
+// (addresses only: they read parameters, never memory that kernel writes), so that after the
+// wait only the cp.async instructions are left. The same copies as load_q_tile and
+// load_kv_stage, so the same bytes land in shared memory. A contiguous cache whose plan of keys
+// is known before the wait only (no key lengths; a paged cache reads its block table).
+template <typename Cfg, typename Element>
+struct FirstCopies {
+  using Smem = typename Cfg::Smem;
+  static constexpr int kQTotal = kRowsPerTile * Smem::kChunks;
+  static constexpr int kQIters = (kQTotal + Cfg::kThreads - 1) / Cfg::kThreads;
+  static constexpr int kKvIters = Cfg::kTileKeys * Smem::kChunks / 32;
+  static_assert(kQIters <= 16 && kKvIters <= 32, "the predicates fit their masks");
+  const void* q_src[kQIters];
+  uint32_t q_dst[kQIters];
+  const void* k_src[kKvIters];
+  const void* v_src[kKvIters];
+  uint32_t k_dst;            // the stage's K tile (V: + kTileBytes)
+  uint32_t q_pred, q_issue;  // bit i: copy i has a source / is issued at all (idx < kQTotal)
+  uint32_t kv_pred;          // bit i: K/V copy i has a source
+  bool kv_issue;             // the warp has a first tile
+
+  __device__ __forceinline__ FirstCopies() : q_pred(0u), q_issue(0u), kv_pred(0u), kv_issue(false) {}
+  __device__ __forceinline__ FirstCopies(uint32_t smem_q, uint32_t k_tile, const GqaParams& p,
+                                         const ContiguousKv& layout, int64_t b, int kv, int row0,
+                                         int rows_here, int key0, int key_end, bool has_tile,
+                                         int tid) {
+#pragma unroll
+    for (int i = 0; i < kQIters; ++i) {  // load_q_tile's loop
+      const int idx = tid + i * Cfg::kThreads;
+      const int rr = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+      const int r = row0 + rr;
+      const bool pred = rr < rows_here && chunk * 8 < p.head_dim;
+      const void* src = p.q;
+      if (pred) {
+        const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+        src = static_cast<const Element*>(p.q) + b * p.q_stride_b + head * p.q_stride_h +
+              static_cast<int64_t>(r / p.group) * p.q_stride_s + chunk * 8;
+      }
+      q_src[i] = src;
+      q_dst[i] = smem_q + Smem::offset(rr, chunk);
+      if (i == 0) q_pred = q_issue = 0u;
+      q_pred |= (pred ? 1u : 0u) << i;
+      q_issue |= (kQTotal % Cfg::kThreads == 0 || idx < kQTotal ? 1u : 0u) << i;
+    }
+    const int lane = tid & 31;
+    const typename ContiguousKv::template Rows<Element> rows(layout, b, kv);
+    k_dst = k_tile;
+    kv_issue = has_tile;
+    kv_pred = 0u;
+#pragma unroll
+    for (int i = 0; i < kKvIters; ++i) {  // load_kv_stage's loop
+      const int idx = lane + 32 * i;
+      const int row = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+      const bool in_range = key0 + row < key_end && chunk * 8 < p.head_dim;
+      KvRow<Element> kv_row{nullptr, nullptr, false};
+      if (in_range) kv_row = rows.at(key0 + row);
+      const bool pred = in_range && kv_row.valid;
+      k_src[i] = pred ? static_cast<const void*>(kv_row.k + chunk * 8) : p.q;
+      v_src[i] = pred ? static_cast<const void*>(kv_row.v + chunk * 8) : p.q;
+      kv_pred |= (pred ? 1u : 0u) << i;
+    }
+  }
+
+  // Q's copies, then a commit, then the first K/V tile's (if any), then a commit: the commit
+  // groups of the default prologue's first two.
+  __device__ __forceinline__ void issue(int lane) const {
+#pragma unroll
+    for (int i = 0; i < kQIters; ++i)
+      if ((q_issue >> i) & 1u) cp_async_16(q_dst[i], q_src[i], (q_pred >> i) & 1u);
+    cp_async_commit();
+    if (kv_issue) {
+#pragma unroll
+      for (int i = 0; i < kKvIters; ++i) {
+        const int idx = lane + 32 * i;
+        const uint32_t offset = Smem::offset(idx / Smem::kChunks, idx % Smem::kChunks);
+        cp_async_16(k_dst + offset, k_src[i], (kv_pred >> i) & 1u);
+        cp_async_16(k_dst + Cfg::kTileBytes + offset, v_src[i], (kv_pred >> i) & 1u);
+      }
+    }
+    cp_async_commit();
+  }
+};
+
 // Given: which block blockIdx.x is (row tiles fastest, then splits, then sequence x KV head)
 // and its query rows; and a split's share [x, y) of a block's n_tiles key tiles.
 struct GqaBlock {
@@ -492,6 +608,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
     early_plan = plan_keys<Cfg::kTileKeys>(
         p, at, attn::KeyMask<true>(p.mask, at.b, static_cast<int64_t>(at.kv) * p.group));
   }
+  // BEGIN SOLUTION kernel
+  // HINT: (Optional: addresses that read only parameters may be worked out here, before the wait.)
+  // Measurement switch tail_lean: the first copies' addresses, before the wait (FirstCopies).
+  constexpr bool kContiguous = std::is_same_v<KvLayout, ContiguousKv>;
+  const bool copies_early = kContiguous && p.tail_lean != 0 && plan_before_wait;
+  FirstCopies<Cfg, Element> first;
+  if constexpr (kContiguous) {
+    if (copies_early) {
+      extern __shared__ __align__(128) unsigned char smem_raw[];
+      const int w = threadIdx.x >> 5;
+      const uint32_t raw = smem_u32(smem_raw);
+      const uint32_t smem_q = (raw + (Cfg::Smem::kTileAlign - 1)) &
+                              ~static_cast<uint32_t>(Cfg::Smem::kTileAlign - 1);
+      const uint32_t k_tile = smem_q + Cfg::kQBytes + w * Cfg::kWarpRingBytes;  // stage 0
+      const int tile = early_plan.tile_begin + w;
+      first = FirstCopies<Cfg, Element>(smem_q, k_tile, p, kv_layout, at.b, at.kv, at.row0,
+                                        at.rows_here, early_plan.key_lo + tile * Cfg::kTileKeys,
+                                        early_plan.key_hi, tile < early_plan.tile_end, threadIdx.x);
+    }
+  }
+  // END SOLUTION
   attn::wait_for_previous_kernel();  // given: q, the cache and the key lengths come from it
   attn::let_next_kernel_start();
   // BEGIN SOLUTION kernel
@@ -548,10 +685,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 
   // Prologue: Q (one commit group), then the first kStages - 1 tiles of this warp (one group
   // each, empty past its last tile, so that the waits below count the same).
-  load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
-  cp_async_commit();
+  if (copies_early) {
+    first.issue(lane);  // the same copies and commit groups, addresses from before the wait
+  } else {
+    load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
+    cp_async_commit();
+    if (0 < my_tiles) load_stage(0, tile_begin + warp);
+    cp_async_commit();
+  }
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 1; s < kStages - 1; ++s) {
     if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
     cp_async_commit();
   }
@@ -693,76 +836,136 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 
   // ---- merge the warps: each stages its O (relative to its row max) in its own ring ----
   const int g = lane >> 2, t = lane & 3;
-  float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
+  // Measurement switch tail_lean: only the warps that had key tiles (the first with_tiles) are
+  // merged. The others hold O = 0 and row max -inf (weight 0), so the default's sums gain
+  // nothing from them (x + 0 * 0 = x; a sum that starts at +0 is never -0) and leaving them
+  // out changes no bit. Where warp 0 is the only one (a split of one tile: the floor's decode
+  // of 16 keys), it finishes its rows from its registers with the default's arithmetic for
+  // one term and no block barrier; the other warps go straight to the end.
+  const int with_tiles = min(kW, tile_end - tile_begin);
+  if (p.tail_lean != 0 && with_tiles <= 1) {
+    if (warp == 0) {
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int row = g + 8 * hh;
+      for (int hh = 0; hh < 2; ++hh) {
+        const int rr = g + 8 * hh;
+        float l_warp = row_sum[hh];
+        l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 1);
+        l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 2);
+        const float m_warp = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
+        const float m = fmaxf(-INFINITY, m_warp);  // the default's per-row code, one warp
+        const float weight = m_warp == -INFINITY ? 0.f : exp2f(m_warp - m);
+        const float l = fmaf(weight, l_warp, 0.f);
+        float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
+        float lse = l > 0.f ? m + log2f(l) : -INFINITY;
+        if (rr >= rows_here) continue;  // padding rows are never written
+        if (p.mask.sinks != nullptr && split == 0) {
+          const int head = kv * p.group + (row0 + rr) % p.group;
+          const auto sink = attn::sink_term(p.mask.sinks[head], m);
+          const float total = fmaf(l, sink.keys, sink.sink);
+          factor = total > 0.f ? sink.keys / total : 0.f;
+          lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
+        }
+        const float w0 = weight * factor;
+        const int r = row0 + rr;
+        if (p.num_splits == 1) {
+          Element* const dst = output_row<Element>(p, b, kv, r);
 #pragma unroll
-    for (int j = 0; j < kDTiles; ++j)
-      *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
-          make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
-    float l = row_sum[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (t == 0) {
-      warp_max[warp][row] = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
-      warp_sum[warp][row] = l;
+          for (int j = 0; j < kDTiles; ++j) {
+            if (8 * j >= p.head_dim) continue;
+            store_output_pair<Element>(p, dst + 8 * j + 2 * t, fmaf(w0, o[j][2 * hh], 0.f),
+                                       fmaf(w0, o[j][2 * hh + 1], 0.f));
+          }
+        } else {
+          if (t == 0) p.lse[(b_kv * p.num_splits + split) * p.rows + r] = lse;
+          float* const dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim;
+#pragma unroll
+          for (int j = 0; j < kDTiles; ++j) {
+            if (8 * j >= p.head_dim) continue;
+            *reinterpret_cast<float2*>(dst + 8 * j + 2 * t) =
+                make_float2(fmaf(w0, o[j][2 * hh], 0.f), fmaf(w0, o[j][2 * hh + 1], 0.f));
+          }
+        }
+      }
     }
-  }
-  __syncthreads();
+  } else {
+    const int merged = p.tail_lean != 0 ? with_tiles : kW;  // the default: all kW warps
+    float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
+    if (warp < merged) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = g + 8 * hh;
+#pragma unroll
+        for (int j = 0; j < kDTiles; ++j)
+          *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
+              make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
+        float l = row_sum[hh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (t == 0) {
+          warp_max[warp][row] = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
+          warp_sum[warp][row] = l;
+        }
+      }
+    }
+    __syncthreads();
 
-  // Per row: the block's max and sum, each warp's weight, the sink (split 0 only) and lse.
-  if (tid < kRowsPerTile) {
-    const int rr = tid;
-    float m = -INFINITY;
+    // Per row: the block's max and sum, each warp's weight, the sink (split 0 only) and lse.
+    if (tid < kRowsPerTile) {
+      const int rr = tid;
+      float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) m = fmaxf(m, warp_max[w][rr]);
-    float weight[kW], l = 0.f;
+      for (int w = 0; w < kW; ++w)
+        if (w < merged) m = fmaxf(m, warp_max[w][rr]);
+      float weight[kW], l = 0.f;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) {
-      weight[w] = warp_max[w][rr] == -INFINITY ? 0.f : exp2f(warp_max[w][rr] - m);
-      l = fmaf(weight[w], warp_sum[w][rr], l);
+      for (int w = 0; w < kW; ++w) {
+        if (w >= merged) continue;
+        weight[w] = warp_max[w][rr] == -INFINITY ? 0.f : exp2f(warp_max[w][rr] - m);
+        l = fmaf(weight[w], warp_sum[w][rr], l);
+      }
+      float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
+      float lse = l > 0.f ? m + log2f(l) : -INFINITY;
+      if (p.mask.sinks != nullptr && split == 0 && rr < rows_here) {
+        const int head = kv * p.group + (row0 + rr) % p.group;
+        const auto sink = attn::sink_term(p.mask.sinks[head], m);
+        const float total = fmaf(l, sink.keys, sink.sink);
+        factor = total > 0.f ? sink.keys / total : 0.f;
+        lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
+      }
+#pragma unroll
+      for (int w = 0; w < kW; ++w)
+        if (w < merged) warp_weight[w][rr] = weight[w] * factor;
+      if (p.num_splits > 1 && rr < rows_here)
+        p.lse[(b_kv * p.num_splits + split) * p.rows + row0 + rr] = lse;
     }
-    float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
-    float lse = l > 0.f ? m + log2f(l) : -INFINITY;
-    if (p.mask.sinks != nullptr && split == 0 && rr < rows_here) {
-      const int head = kv * p.group + (row0 + rr) % p.group;
-      const auto sink = attn::sink_term(p.mask.sinks[head], m);
-      const float total = fmaf(l, sink.keys, sink.sink);
-      factor = total > 0.f ? sink.keys / total : 0.f;
-      lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
-    }
-#pragma unroll
-    for (int w = 0; w < kW; ++w) warp_weight[w][rr] = weight[w] * factor;
-    if (p.num_splits > 1 && rr < rows_here)
-      p.lse[(b_kv * p.num_splits + split) * p.rows + row0 + rr] = lse;
-  }
-  __syncthreads();
+    __syncthreads();
 
-  // The rows' outputs, 8 elements per thread and step: normalised in q's dtype (one split) or
-  // float32 partials. Padding rows and columns >= head_dim are never written.
-  constexpr int kChunks8 = Cfg::kHeadDim / 8;
-  for (int idx = tid; idx < kRowsPerTile * kChunks8; idx += Cfg::kThreads) {
-    const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
-    if (rr >= rows_here || d0 >= p.head_dim) continue;
-    float val[8];
+    // The rows' outputs, 8 elements per thread and step: normalised in q's dtype (one split) or
+    // float32 partials. Padding rows and columns >= head_dim are never written.
+    constexpr int kChunks8 = Cfg::kHeadDim / 8;
+    for (int idx = tid; idx < kRowsPerTile * kChunks8; idx += Cfg::kThreads) {
+      const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
+      if (rr >= rows_here || d0 >= p.head_dim) continue;
+      float val[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) val[e] = 0.f;
+      for (int e = 0; e < 8; ++e) val[e] = 0.f;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) {
-      const float weight = warp_weight[w][rr];
-      const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
-                         rr * Cfg::kScratchStride + d0;
-      add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
-                   *reinterpret_cast<const float4*>(src + 4));
-    }
-    const int r = row0 + rr;
-    if (p.num_splits == 1) {
-      store_output<Element>(p, b, kv, r, d0, val);
-    } else {
-      float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
-      *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
-      *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
+      for (int w = 0; w < kW; ++w) {
+        if (w >= merged) continue;
+        const float weight = warp_weight[w][rr];
+        const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
+                           rr * Cfg::kScratchStride + d0;
+        add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
+                     *reinterpret_cast<const float4*>(src + 4));
+      }
+      const int r = row0 + rr;
+      if (p.num_splits == 1) {
+        store_output<Element>(p, b, kv, r, d0, val);
+      } else {
+        float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
+        *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
+        *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
+      }
     }
   }
   // END SOLUTION
