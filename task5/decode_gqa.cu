@@ -194,24 +194,15 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   p.counters = num_splits > 1 ? split_counters(stream, batch * heads_kv * row_tiles) : nullptr;
-  // Measurement switches, read on every call so that one process can compare them (GqaParams):
-  // ATTN_GQA_MERGE=spread spreads the split merge over the split blocks (where the whole grid
-  // fits on the GPU at once, else the last block merges as by default); ATTN_GQA_SETUP=before
-  // computes each block's geometry and key plan before waiting for the kernel before.
-  const bool spread_asked = attn::env_choice("ATTN_GQA_MERGE", {"last", "spread"}, 0) == 1;
-  p.setup_early = attn::env_choice("ATTN_GQA_SETUP", {"after", "before"}, 0);
+  // Measurement switch, read on every call so that one process can compare (GqaParams):
+  // ATTN_GQA_TAIL=lean issues the first copies from addresses worked out before the wait and
+  // merges only the warps that had key tiles (warp 0 alone: from its registers, no barrier).
+  p.tail_lean = attn::env_choice("ATTN_GQA_TAIL", {"default", "lean"}, 0);
   with_config(head_dim, device, [&](auto* cfg_tag) {
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
       p.prefetch = prefetch ? Cfg::kStages - 1 : 0;  // the tiles its ring would hold in flight
-      if (spread_asked && p.counters != nullptr && num_splits <= kSpreadMaxSplits) {
-        int per_sm = 0, sms = 0;
-        C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, gqa_kernel<Element, Cfg, KvLayout>(), Cfg::kThreads, Cfg::kSmemBytes));
-        C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        p.merge_spread = blocks <= static_cast<int64_t>(per_sm) * sms ? 1 : 0;
-      }
       attn::launch_maybe_overlapped("decode_gqa_kernel", gqa_kernel<Element, Cfg, KvLayout>(),
                                     dim3(static_cast<unsigned>(blocks)), dim3(Cfg::kThreads),
                                     Cfg::kSmemBytes, overlap, stream, p, kv_layout);

@@ -73,6 +73,21 @@
 // Prefetching 4 tiles per warp instead of kStages - 1 was slower at batch 64 and at batch 1 with
 // 8 KV heads, and two 4-warp blocks per SM for unsplit work changed nothing measurable
 // (results/logs/h100_gqa_prefetch_pair_ab.json).
+// The block's geometry (which row tile, split and (sequence, KV head) it is: three divisions)
+// and, where no key lengths are read, its plan of keys are computed before the wait too, as
+// they read only blockIdx and parameters: against computing them after the wait this was
+// faster on all 5 measured shapes and on the floor below, a decode of 16 keys (4.03 -> 3.63 us,
+// cuDNN 2.93; H100, one process, interleaved: results/logs/h100_s8_decode_floor/
+// decode_floor_ab.log, its script beside it). The same A/B found two other ideas slower on every
+// shape, and they were removed: a split merge spread over the split blocks (each waiting for
+// its row tile's splits, then merging a 1/num_splits share, instead of the last block merging
+// all) and a split count that fills the SMs (33 instead of 32 splits at batch 1, 4 KV heads).
+// Two more cuts of the fixed cost sit behind a measurement switch, not yet measured
+// (ATTN_GQA_TAIL=lean, GqaParams::tail_lean; .scratch/decode_tail_ab.py on the branch
+// decode-floor): Q's and each warp's first K/V tile's copies issued from addresses worked out
+// before the wait (FirstCopies), and a merge of only the warps that had key tiles, where warp 0
+// alone (a split of one tile, as the floor's) writes its rows from its registers, with no block
+// barrier and no shared-memory round trip.
 // What is left at batch 1 is that fixed cost, not the streaming: fitted over contexts, a decode
 // takes a fixed time plus its bytes at about the copy bandwidth (h100_gqa_pdl_ab.json), and the
 // fixed time is a kernel launch, one trip to HBM and the split merge; a decode of 16 keys
@@ -201,15 +216,11 @@ struct GqaParams {
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
   int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
-  // Measurement switches (decode_gqa.cu reads them per call from the environment; 0 = the
-  // default). merge_spread (ATTN_GQA_MERGE=spread): every split block of a row tile waits for
-  // the others and merges a 1/num_splits slice of the outputs (merge_spread), instead of the last
-  // block merging them all; only where every block of the grid is resident at once.
-  // setup_early (ATTN_GQA_SETUP=before): the block's geometry and, without key lengths, its
-  // key and split range are computed before waiting for the kernel before (they read only
-  // blockIdx and parameters), not after it.
-  int merge_spread;
-  int setup_early;
+  // Measurement switch (decode_gqa.cu reads it per call; 0 = the default): tail_lean
+  // (ATTN_GQA_TAIL=lean) issues the first copies from addresses computed before the wait
+  // (FirstCopies) and merges only the warps that had key tiles; a block whose only such warp
+  // is warp 0 writes its rows from warp 0's registers, with no block barrier (the kernel).
+  int tail_lean;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -273,6 +284,26 @@ __device__ __forceinline__ void store_output(const GqaParams& p, int64_t b, int 
   } else {
 #pragma unroll
     for (int e = 0; e < 8; ++e) dst[e] = from_float<Element>(val[e]);
+  }
+}
+
+// Row r's first element of sequence b's output (KV head kv), and two elements stored at dst
+// (an even column): the measurement switch tail_lean's stores from a warp's fragments, the
+// same conversions as store_output's.
+template <typename Element>
+__device__ __forceinline__ Element* output_row(const GqaParams& p, int64_t b, int kv, int r) {
+  const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+  return static_cast<Element*>(p.out) + b * p.o_stride_b + head * p.o_stride_h +
+         static_cast<int64_t>(r / p.group) * p.o_stride_s;
+}
+
+template <typename Element>
+__device__ __forceinline__ void store_output_pair(const GqaParams& p, Element* dst, float x, float y) {
+  if (p.out_vec16) {
+    *reinterpret_cast<uint32_t*>(dst) = mma_attn::ElementOps<Element>::pack(x, y);
+  } else {
+    dst[0] = from_float<Element>(x);
+    dst[1] = from_float<Element>(y);
   }
 }
 
@@ -386,6 +417,91 @@ __device__ __forceinline__ void load_kv_stage(uint32_t k_tile, uint32_t v_tile, 
   }
 }
 
+// Measurement switch tail_lean (ATTN_GQA_TAIL=lean): the copies of the prologue's first
+// commit groups, Q's (load_q_tile's) and the warp's first K/V tile's (load_kv_stage's), with
+// their sources, destinations and predicates worked out before the wait for the kernel before
+// (addresses only: they read parameters, never memory that kernel writes), so that after the
+// wait only the cp.async instructions are left. The same copies as load_q_tile and
+// load_kv_stage, so the same bytes land in shared memory. A contiguous cache whose plan of keys
+// is known before the wait only (no key lengths; a paged cache reads its block table).
+template <typename Cfg, typename Element>
+struct FirstCopies {
+  using Smem = typename Cfg::Smem;
+  static constexpr int kQTotal = kRowsPerTile * Smem::kChunks;
+  static constexpr int kQIters = (kQTotal + Cfg::kThreads - 1) / Cfg::kThreads;
+  static constexpr int kKvIters = Cfg::kTileKeys * Smem::kChunks / 32;
+  static_assert(kQIters <= 16 && kKvIters <= 32, "the predicates fit their masks");
+  const void* q_src[kQIters];
+  uint32_t q_dst[kQIters];
+  const void* k_src[kKvIters];
+  const void* v_src[kKvIters];
+  uint32_t k_dst;            // the stage's K tile (V: + kTileBytes)
+  uint32_t q_pred, q_issue;  // bit i: copy i has a source / is issued at all (idx < kQTotal)
+  uint32_t kv_pred;          // bit i: K/V copy i has a source
+  bool kv_issue;             // the warp has a first tile
+
+  __device__ __forceinline__ FirstCopies() : q_pred(0u), q_issue(0u), kv_pred(0u), kv_issue(false) {}
+  __device__ __forceinline__ FirstCopies(uint32_t smem_q, uint32_t k_tile, const GqaParams& p,
+                                         const ContiguousKv& layout, int64_t b, int kv, int row0,
+                                         int rows_here, int key0, int key_end, bool has_tile,
+                                         int tid) {
+#pragma unroll
+    for (int i = 0; i < kQIters; ++i) {  // load_q_tile's loop
+      const int idx = tid + i * Cfg::kThreads;
+      const int rr = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+      const int r = row0 + rr;
+      const bool pred = rr < rows_here && chunk * 8 < p.head_dim;
+      const void* src = p.q;
+      if (pred) {
+        const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+        src = static_cast<const Element*>(p.q) + b * p.q_stride_b + head * p.q_stride_h +
+              static_cast<int64_t>(r / p.group) * p.q_stride_s + chunk * 8;
+      }
+      q_src[i] = src;
+      q_dst[i] = smem_q + Smem::offset(rr, chunk);
+      if (i == 0) q_pred = q_issue = 0u;
+      q_pred |= (pred ? 1u : 0u) << i;
+      q_issue |= (kQTotal % Cfg::kThreads == 0 || idx < kQTotal ? 1u : 0u) << i;
+    }
+    const int lane = tid & 31;
+    const typename ContiguousKv::template Rows<Element> rows(layout, b, kv);
+    k_dst = k_tile;
+    kv_issue = has_tile;
+    kv_pred = 0u;
+#pragma unroll
+    for (int i = 0; i < kKvIters; ++i) {  // load_kv_stage's loop
+      const int idx = lane + 32 * i;
+      const int row = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+      const bool in_range = key0 + row < key_end && chunk * 8 < p.head_dim;
+      KvRow<Element> kv_row{nullptr, nullptr, false};
+      if (in_range) kv_row = rows.at(key0 + row);
+      const bool pred = in_range && kv_row.valid;
+      k_src[i] = pred ? static_cast<const void*>(kv_row.k + chunk * 8) : p.q;
+      v_src[i] = pred ? static_cast<const void*>(kv_row.v + chunk * 8) : p.q;
+      kv_pred |= (pred ? 1u : 0u) << i;
+    }
+  }
+
+  // Q's copies, then a commit, then the first K/V tile's (if any), then a commit: the commit
+  // groups of the default prologue's first two.
+  __device__ __forceinline__ void issue(int lane) const {
+#pragma unroll
+    for (int i = 0; i < kQIters; ++i)
+      if ((q_issue >> i) & 1u) cp_async_16(q_dst[i], q_src[i], (q_pred >> i) & 1u);
+    cp_async_commit();
+    if (kv_issue) {
+#pragma unroll
+      for (int i = 0; i < kKvIters; ++i) {
+        const int idx = lane + 32 * i;
+        const uint32_t offset = Smem::offset(idx / Smem::kChunks, idx % Smem::kChunks);
+        cp_async_16(k_dst + offset, k_src[i], (kv_pred >> i) & 1u);
+        cp_async_16(k_dst + Cfg::kTileBytes + offset, v_src[i], (kv_pred >> i) & 1u);
+      }
+    }
+    cp_async_commit();
+  }
+};
+
 // Given: which block blockIdx.x is (row tiles fastest, then splits, then sequence x KV head)
 // and its query rows; and a split's share [x, y) of a block's n_tiles key tiles.
 struct GqaBlock {
@@ -411,15 +527,6 @@ __device__ __forceinline__ int2 split_tiles(int n_tiles, int split, int num_spli
   return make_int2(begin, min(begin + per_split, n_tiles));
 }
 
-// blockIdx.x read through a volatile asm, which the compiler neither hoists above another
-// volatile asm (the wait for the kernel before) nor merges with an earlier read: the default
-// (setup_early == 0) computes the block's geometry after the wait, as before the switch existed.
-__device__ __forceinline__ int64_t block_index_after_wait() {
-  unsigned block;
-  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(block));
-  return block;
-}
-
 // A block's keys (uniform over the block): [key_lo, key_hi) some row of its tile may see (a
 // window: only the window's), its split's tiles [tile_begin, tile_end) of kT keys from key_lo,
 // and the keys [unmasked.x, unmasked.y) every row sees with no bias.
@@ -441,95 +548,6 @@ __device__ __forceinline__ GqaPlan plan_keys(const GqaParams& p, const GqaBlock&
   plan.tile_begin = split_range.x;
   plan.tile_end = split_range.y;
   return plan;
-}
-
-// Measurement switch (GqaParams::merge_spread, ATTN_GQA_MERGE=spread): the split merge spread
-// over the row tile's split blocks instead of done by the last of them. merge_in_last_block has
-// one block read every split's partial rows (at batch 1, 4 KV heads, 32 splits: 128 KB through one
-// SM's path to L2, after the slowest split). Here every block counts itself, waits until all
-// num_splits blocks have (so the host switches it on only where the whole grid is resident at
-// once: a waiting block must not keep another from being scheduled), then merges its 1/num_splits
-// share of the tile's 8-element output chunks: all splits' loads of its share at once into shared
-// memory, then each chunk summed in split order with merge_in_last_block's weights and
-// arithmetic, so the output has the same bits. The second count of each block lets the last to
-// leave zero the counter for the next decode. num_splits <= kSpreadMaxSplits.
-constexpr int kSpreadMaxSplits = 128;
-constexpr int kSpreadWeightBytes = kRowsPerTile * kSpreadMaxSplits * 4;
-
-__device__ __forceinline__ int load_relaxed_gpu(const int* ptr) {
-  int value;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(ptr) : "memory");
-  return value;
-}
-
-template <typename Cfg, typename Element>
-__device__ __forceinline__ void merge_spread(const GqaParams& p, const GqaBlock& at) {
-  constexpr int kMaxChunks8 = kGqaMaxHeadDim / 8;
-  static_assert(kSpreadWeightBytes + (kRowsPerTile * kMaxChunks8 + kSpreadMaxSplits) * 32 <=
-                    Cfg::kSmemBytes, "the weights and the staged partials fit");
-  extern __shared__ __align__(128) unsigned char smem_spread[];
-  float* const weights = reinterpret_cast<float*>(smem_spread);  // [rows of the share][splits]
-  float4* const staged = reinterpret_cast<float4*>(smem_spread + kSpreadWeightBytes);
-  __shared__ float row_scale[kRowsPerTile];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int splits = p.num_splits;
-  int* const counter = p.counters + at.b_kv * p.row_tiles + at.row_tile;
-  __syncthreads();  // the block's partials and lse are written, and nobody reads smem any more
-  if (tid == 0) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
-    atomicAdd(counter, 1);
-    while (load_relaxed_gpu(counter) < splits) __nanosleep(32);
-    asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the counts, then the others' writes
-#endif
-  }
-  __syncthreads();
-  const int chunks8 = p.head_dim / 8;  // head_dim is a multiple of 8
-  const int items = at.rows_here * chunks8;
-  const int per = (items + splits - 1) / splits;
-  const int lo = min(at.split * per, items), hi = min(lo + per, items), n = hi - lo;
-  if (n > 0) {  // uniform over the block
-    const int r_lo = lo / chunks8, r_hi = (hi - 1) / chunks8;  // the share's rows
-    const int64_t first = at.b_kv * splits * p.rows + at.row0;  // split 0's row row0
-    for (int rr = r_lo + warp; rr <= r_hi; rr += Cfg::kWarps) {  // as merge_in_last_block
-      float m = -INFINITY;
-      for (int s = lane; s < splits; s += 32)
-        m = fmaxf(m, __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr));
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
-      float total = 0.f;
-      for (int s = lane; s < splits; s += 32) {
-        const float lse = __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr);
-        const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
-        weights[(rr - r_lo) * splits + s] = w;
-        total += w;
-      }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
-      if (lane == 0) row_scale[rr - r_lo] = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
-    }
-    // Every split's partial of every chunk of the share, all loads at once: pair = s * n + i.
-    for (int pair = tid; pair < n * splits; pair += Cfg::kThreads) {
-      const int s = pair / n, item = lo + pair % n;
-      const int rr = item / chunks8, d0 = (item % chunks8) * 8;
-      const float* src = p.partial + (first + static_cast<int64_t>(s) * p.rows + rr) * p.head_dim + d0;
-      staged[2 * pair] = __ldcg(reinterpret_cast<const float4*>(src));
-      staged[2 * pair + 1] = __ldcg(reinterpret_cast<const float4*>(src + 4));
-    }
-    __syncthreads();
-    for (int i = tid; i < n; i += Cfg::kThreads) {
-      const int item = lo + i, rr = item / chunks8, d0 = (item % chunks8) * 8;
-      float val[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      for (int s = 0; s < splits; ++s)
-        add_weighted(val, weights[(rr - r_lo) * splits + s], staged[2 * (s * n + i)],
-                     staged[2 * (s * n + i) + 1]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) val[e] *= row_scale[rr - r_lo];
-      store_output<Element>(p, at.b, at.kv, at.row0 + rr, d0, val);
-    }
-  }
-  // The last block to leave zeroes the counter (each block counted once more, after its wait).
-  if (tid == 0 && atomicAdd(counter, 1) == 2 * splits - 1) *counter = 0;
 }
 
 // Given: what a block does while the kernel before it in the stream finishes (an overlapped
@@ -580,16 +598,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
                                                                      const KvLayout kv_layout) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   prefetch_first_tiles<Cfg, Element>(p, kv_layout);  // given: while the kernel before finishes
-  // Given (measurement switch setup_early): the block's geometry and, without key lengths (the
-  // only memory a plan reads), its plan of keys, before the wait; used below when switched on.
-  const GqaBlock early_block(p);
-  const bool early_plan_ok = p.setup_early && p.mask.key_lengths == nullptr;
+  // Given: the block's geometry and, without key lengths (the only memory a plan of keys
+  // reads), its plan of keys, before the wait: they read only blockIdx and parameters, so
+  // they are off the path from the wait to the first copy (see the header).
+  const GqaBlock at(p);
+  const bool plan_before_wait = p.mask.key_lengths == nullptr;
   GqaPlan early_plan{};
-  if (early_plan_ok) {
+  if (plan_before_wait) {
     early_plan = plan_keys<Cfg::kTileKeys>(
-        p, early_block,
-        attn::KeyMask<true>(p.mask, early_block.b, static_cast<int64_t>(early_block.kv) * p.group));
+        p, at, attn::KeyMask<true>(p.mask, at.b, static_cast<int64_t>(at.kv) * p.group));
   }
+  // BEGIN SOLUTION kernel
+  // HINT: (Optional: addresses that read only parameters may be worked out here, before the wait.)
+  // Measurement switch tail_lean: the first copies' addresses, before the wait (FirstCopies).
+  constexpr bool kContiguous = std::is_same_v<KvLayout, ContiguousKv>;
+  const bool copies_early = kContiguous && p.tail_lean != 0 && plan_before_wait;
+  FirstCopies<Cfg, Element> first;
+  if constexpr (kContiguous) {
+    if (copies_early) {
+      extern __shared__ __align__(128) unsigned char smem_raw[];
+      const int w = threadIdx.x >> 5;
+      const uint32_t raw = smem_u32(smem_raw);
+      const uint32_t smem_q = (raw + (Cfg::Smem::kTileAlign - 1)) &
+                              ~static_cast<uint32_t>(Cfg::Smem::kTileAlign - 1);
+      const uint32_t k_tile = smem_q + Cfg::kQBytes + w * Cfg::kWarpRingBytes;  // stage 0
+      const int tile = early_plan.tile_begin + w;
+      first = FirstCopies<Cfg, Element>(smem_q, k_tile, p, kv_layout, at.b, at.kv, at.row0,
+                                        at.rows_here, early_plan.key_lo + tile * Cfg::kTileKeys,
+                                        early_plan.key_hi, tile < early_plan.tile_end, threadIdx.x);
+    }
+  }
+  // END SOLUTION
   attn::wait_for_previous_kernel();  // given: q, the cache and the key lengths come from it
   attn::let_next_kernel_start();
   // BEGIN SOLUTION kernel
@@ -616,14 +655,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   __shared__ float warp_weight[kW][kRowsPerTile]; // each warp's factor in the final row
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const GqaBlock at = p.setup_early ? early_block : GqaBlock(p, block_index_after_wait());
   const int split = at.split, kv = at.kv, row0 = at.row0, rows_here = at.rows_here;
   const int64_t b_kv = at.b_kv, b = at.b;
 
   // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
   // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
   // visible to every row with no bias (plan_keys). Uniform over the block.
-  const GqaPlan plan = early_plan_ok
+  const GqaPlan plan = plan_before_wait
       ? early_plan
       : plan_keys<kT>(p, at, attn::KeyMask<true>(p.mask, b, static_cast<int64_t>(kv) * p.group));
   const int key_lo = plan.key_lo, key_hi = plan.key_hi;
@@ -647,10 +685,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 
   // Prologue: Q (one commit group), then the first kStages - 1 tiles of this warp (one group
   // each, empty past its last tile, so that the waits below count the same).
-  load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
-  cp_async_commit();
+  if (copies_early) {
+    first.issue(lane);  // the same copies and commit groups, addresses from before the wait
+  } else {
+    load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
+    cp_async_commit();
+    if (0 < my_tiles) load_stage(0, tile_begin + warp);
+    cp_async_commit();
+  }
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 1; s < kStages - 1; ++s) {
     if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
     cp_async_commit();
   }
@@ -792,82 +836,141 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 
   // ---- merge the warps: each stages its O (relative to its row max) in its own ring ----
   const int g = lane >> 2, t = lane & 3;
-  float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
+  // Measurement switch tail_lean: only the warps that had key tiles (the first with_tiles) are
+  // merged. The others hold O = 0 and row max -inf (weight 0), so the default's sums gain
+  // nothing from them (x + 0 * 0 = x; a sum that starts at +0 is never -0) and leaving them
+  // out changes no bit. Where warp 0 is the only one (a split of one tile: the floor's decode
+  // of 16 keys), it finishes its rows from its registers with the default's arithmetic for
+  // one term and no block barrier; the other warps go straight to the end.
+  const int with_tiles = min(kW, tile_end - tile_begin);
+  if (p.tail_lean != 0 && with_tiles <= 1) {
+    if (warp == 0) {
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int row = g + 8 * hh;
+      for (int hh = 0; hh < 2; ++hh) {
+        const int rr = g + 8 * hh;
+        float l_warp = row_sum[hh];
+        l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 1);
+        l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 2);
+        const float m_warp = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
+        const float m = fmaxf(-INFINITY, m_warp);  // the default's per-row code, one warp
+        const float weight = m_warp == -INFINITY ? 0.f : exp2f(m_warp - m);
+        const float l = fmaf(weight, l_warp, 0.f);
+        float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
+        float lse = l > 0.f ? m + log2f(l) : -INFINITY;
+        if (rr >= rows_here) continue;  // padding rows are never written
+        if (p.mask.sinks != nullptr && split == 0) {
+          const int head = kv * p.group + (row0 + rr) % p.group;
+          const auto sink = attn::sink_term(p.mask.sinks[head], m);
+          const float total = fmaf(l, sink.keys, sink.sink);
+          factor = total > 0.f ? sink.keys / total : 0.f;
+          lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
+        }
+        const float w0 = weight * factor;
+        const int r = row0 + rr;
+        if (p.num_splits == 1) {
+          Element* const dst = output_row<Element>(p, b, kv, r);
 #pragma unroll
-    for (int j = 0; j < kDTiles; ++j)
-      *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
-          make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
-    float l = row_sum[hh];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (t == 0) {
-      warp_max[warp][row] = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
-      warp_sum[warp][row] = l;
+          for (int j = 0; j < kDTiles; ++j) {
+            if (8 * j >= p.head_dim) continue;
+            store_output_pair<Element>(p, dst + 8 * j + 2 * t, fmaf(w0, o[j][2 * hh], 0.f),
+                                       fmaf(w0, o[j][2 * hh + 1], 0.f));
+          }
+        } else {
+          if (t == 0) p.lse[(b_kv * p.num_splits + split) * p.rows + r] = lse;
+          float* const dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim;
+#pragma unroll
+          for (int j = 0; j < kDTiles; ++j) {
+            if (8 * j >= p.head_dim) continue;
+            *reinterpret_cast<float2*>(dst + 8 * j + 2 * t) =
+                make_float2(fmaf(w0, o[j][2 * hh], 0.f), fmaf(w0, o[j][2 * hh + 1], 0.f));
+          }
+        }
+      }
     }
-  }
-  __syncthreads();
+  } else {
+    const int merged = p.tail_lean != 0 ? with_tiles : kW;  // the default: all kW warps
+    float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
+    if (warp < merged) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = g + 8 * hh;
+#pragma unroll
+        for (int j = 0; j < kDTiles; ++j)
+          *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
+              make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
+        float l = row_sum[hh];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (t == 0) {
+          warp_max[warp][row] = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
+          warp_sum[warp][row] = l;
+        }
+      }
+    }
+    __syncthreads();
 
-  // Per row: the block's max and sum, each warp's weight, the sink (split 0 only) and lse.
-  if (tid < kRowsPerTile) {
-    const int rr = tid;
-    float m = -INFINITY;
+    // Per row: the block's max and sum, each warp's weight, the sink (split 0 only) and lse.
+    if (tid < kRowsPerTile) {
+      const int rr = tid;
+      float m = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) m = fmaxf(m, warp_max[w][rr]);
-    float weight[kW], l = 0.f;
+      for (int w = 0; w < kW; ++w)
+        if (w < merged) m = fmaxf(m, warp_max[w][rr]);
+      float weight[kW], l = 0.f;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) {
-      weight[w] = warp_max[w][rr] == -INFINITY ? 0.f : exp2f(warp_max[w][rr] - m);
-      l = fmaf(weight[w], warp_sum[w][rr], l);
+      for (int w = 0; w < kW; ++w) {
+        if (w >= merged) continue;
+        weight[w] = warp_max[w][rr] == -INFINITY ? 0.f : exp2f(warp_max[w][rr] - m);
+        l = fmaf(weight[w], warp_sum[w][rr], l);
+      }
+      float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
+      float lse = l > 0.f ? m + log2f(l) : -INFINITY;
+      if (p.mask.sinks != nullptr && split == 0 && rr < rows_here) {
+        const int head = kv * p.group + (row0 + rr) % p.group;
+        const auto sink = attn::sink_term(p.mask.sinks[head], m);
+        const float total = fmaf(l, sink.keys, sink.sink);
+        factor = total > 0.f ? sink.keys / total : 0.f;
+        lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
+      }
+#pragma unroll
+      for (int w = 0; w < kW; ++w)
+        if (w < merged) warp_weight[w][rr] = weight[w] * factor;
+      if (p.num_splits > 1 && rr < rows_here)
+        p.lse[(b_kv * p.num_splits + split) * p.rows + row0 + rr] = lse;
     }
-    float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
-    float lse = l > 0.f ? m + log2f(l) : -INFINITY;
-    if (p.mask.sinks != nullptr && split == 0 && rr < rows_here) {
-      const int head = kv * p.group + (row0 + rr) % p.group;
-      const auto sink = attn::sink_term(p.mask.sinks[head], m);
-      const float total = fmaf(l, sink.keys, sink.sink);
-      factor = total > 0.f ? sink.keys / total : 0.f;
-      lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
-    }
-#pragma unroll
-    for (int w = 0; w < kW; ++w) warp_weight[w][rr] = weight[w] * factor;
-    if (p.num_splits > 1 && rr < rows_here)
-      p.lse[(b_kv * p.num_splits + split) * p.rows + row0 + rr] = lse;
-  }
-  __syncthreads();
+    __syncthreads();
 
-  // The rows' outputs, 8 elements per thread and step: normalised in q's dtype (one split) or
-  // float32 partials. Padding rows and columns >= head_dim are never written.
-  constexpr int kChunks8 = Cfg::kHeadDim / 8;
-  for (int idx = tid; idx < kRowsPerTile * kChunks8; idx += Cfg::kThreads) {
-    const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
-    if (rr >= rows_here || d0 >= p.head_dim) continue;
-    float val[8];
+    // The rows' outputs, 8 elements per thread and step: normalised in q's dtype (one split) or
+    // float32 partials. Padding rows and columns >= head_dim are never written.
+    constexpr int kChunks8 = Cfg::kHeadDim / 8;
+    for (int idx = tid; idx < kRowsPerTile * kChunks8; idx += Cfg::kThreads) {
+      const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
+      if (rr >= rows_here || d0 >= p.head_dim) continue;
+      float val[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) val[e] = 0.f;
+      for (int e = 0; e < 8; ++e) val[e] = 0.f;
 #pragma unroll
-    for (int w = 0; w < kW; ++w) {
-      const float weight = warp_weight[w][rr];
-      const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
-                         rr * Cfg::kScratchStride + d0;
-      add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
-                   *reinterpret_cast<const float4*>(src + 4));
-    }
-    const int r = row0 + rr;
-    if (p.num_splits == 1) {
-      store_output<Element>(p, b, kv, r, d0, val);
-    } else {
-      float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
-      *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
-      *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
+      for (int w = 0; w < kW; ++w) {
+        if (w >= merged) continue;
+        const float weight = warp_weight[w][rr];
+        const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
+                           rr * Cfg::kScratchStride + d0;
+        add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
+                     *reinterpret_cast<const float4*>(src + 4));
+      }
+      const int r = row0 + rr;
+      if (p.num_splits == 1) {
+        store_output<Element>(p, b, kv, r, d0, val);
+      } else {
+        float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
+        *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
+        *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
+      }
     }
   }
   // END SOLUTION
   if (p.num_splits > 1 && p.counters != nullptr) {
-    if (p.merge_spread) merge_spread<Cfg, Element>(p, GqaBlock(p));  // measurement switch
-    else merge_in_last_block<Cfg, Element>(p);
+    merge_in_last_block<Cfg, Element>(p);
   }
 #else
   // Built for a GPU older than sm_80 (no cp.async, no bf16 mma): the host refuses to launch.
