@@ -178,28 +178,21 @@ torch::Tensor build_tile_summary(hopper_attn::Params& p, int rows, int cols, con
 }
 
 // How the general instantiation tiles a variant (hopper_attn::VariantTiling):
-// ATTN_HOPPER_VARIANT_ALIGN, read on every call (a getenv is cheap) so that one process can time
+// ATTN_HOPPER_VARIANT_ALIGN, read on every call (attn::env_choice) so that one process can time
 // the tilings side by side: unset, empty or "1", aligned tiles and empty CTAs skipped; "0",
 // tiles from row 0 and key 0 as before; "2", tiles from zero with the empty CTAs skipped.
 int variant_tiling_from_env() {
-  const char* env = std::getenv("ATTN_HOPPER_VARIANT_ALIGN");
-  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "1") == 0) return hopper_attn::kTilingAligned;
-  if (std::strcmp(env, "0") == 0) return hopper_attn::kTilingFromZero;
-  TORCH_CHECK_VALUE(std::strcmp(env, "2") == 0, attn::str("ATTN_HOPPER_VARIANT_ALIGN must be \"0\", "
-                    "\"1\" or \"2\" (or unset) but is \"", env, "\"."));
-  return hopper_attn::kTilingSkipEmpty;
+  constexpr int kTilings[] = {hopper_attn::kTilingFromZero, hopper_attn::kTilingAligned,
+                              hopper_attn::kTilingSkipEmpty};
+  return kTilings[attn::env_choice("ATTN_HOPPER_VARIANT_ALIGN", {"0", "1", "2"}, 1)];
 }
 
 // The general v5's key loop at head_dim 128 (Params::old_general_loop): ATTN_HOPPER_GENERAL_LOOP,
-// read on every call (a getenv is cheap) so that one process can time both: unset, empty or
+// read on every call (attn::env_choice) so that one process can time both: unset, empty or
 // "split", the loop split into cut and wholly visible tiles (Tile::kLeanGeneral); "old", the
 // one loop that decides every tile's mask, as before the split.
 bool old_general_loop_from_env() {
-  const char* env = std::getenv("ATTN_HOPPER_GENERAL_LOOP");
-  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "split") == 0) return false;
-  TORCH_CHECK_VALUE(std::strcmp(env, "old") == 0, attn::str("ATTN_HOPPER_GENERAL_LOOP must be \"split\" "
-                    "or \"old\" (or unset) but is \"", env, "\"."));
-  return true;
+  return attn::env_choice("ATTN_HOPPER_GENERAL_LOOP", {"split", "old"}, 0) == 1;
 }
 
 // Query-tile CTAs per (batch, head): ceil(S_q / block_m), or in the aligned tiling of a variant
@@ -219,19 +212,14 @@ int64_t query_ctas(const hopper_attn::Launcher& kernel, const hopper_attn::Param
 // Head_dim 256's key tile for a dense call of version 5 (what flash_attention routes 256 to):
 // the 80-key tile on v4 with O rescaled while S computes (FlashAttention-3's schedule at 256;
 // returns 4), faster than the 64-key tile and than cuDNN on every shape of the A/B that chose
-// it (results/logs/h100_d256_tile_ab.log; the recorded figures in Results.md). ATTN_HOPPER_D256_TILE, read on every call (a getenv is
-// cheap), keeps the others for an A/B in one process: "64", the 64-key tile (returns 0:
-// dispatch_version); "80", the 80-key tile on v5's turns (returns 5); unset, empty or "80fa3",
-// the default. Variants, and versions other than 5, keep the 64-key tile. (Unused in the student
+// it (results/logs/h100_d256_tile_ab.log; the recorded figures in Results.md).
+// ATTN_HOPPER_D256_TILE, read on every call (attn::env_choice), keeps the others for an A/B in
+// one process: "64", the 64-key tile (returns 0: dispatch_version); "80", the 80-key tile on
+// v5's turns (returns 5); unset, empty or "80fa3", the default. Variants, and versions other than 5, keep the 64-key tile. (Unused in the student
 // skeleton until its dispatch is written.)
 [[maybe_unused]] int d256_tile80_schedule() {
-  const char* env = std::getenv("ATTN_HOPPER_D256_TILE");
-  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "80fa3") == 0) return 4;
-  if (std::strcmp(env, "64") == 0) return 0;
-  if (std::strcmp(env, "80") == 0) return 5;
-  TORCH_CHECK_VALUE(false, attn::str("ATTN_HOPPER_D256_TILE must be \"64\", \"80\" or \"80fa3\" (or "
-                    "unset) but is \"", env, "\"."));
-  return 0;
+  constexpr int kSchedules[] = {0, 5, 4};  // "64", "80", "80fa3"
+  return kSchedules[attn::env_choice("ATTN_HOPPER_D256_TILE", {"64", "80", "80fa3"}, 2)];
 }
 
 // Launches `kernel` (the instantiation hopper_attn::dispatch_version or dispatch_general

@@ -99,16 +99,11 @@ torch::Tensor half_rows_ready(const torch::Tensor& t) {
 
 // Which kernel shape computes the atomic-dQ backward: FlashAttention-2's 2-D warp layout
 // (flash_backward_mma_2d.cuh) where the GPU gives a block its shared memory, else the 16-row
-// kernel (flash_backward_mma.cuh). ATTN_BWD_LAYOUT, read on every call (a getenv is cheap) so
+// kernel (flash_backward_mma.cuh). ATTN_BWD_LAYOUT, read on every call (attn::env_choice) so
 // that one process can time both: unset, empty or "2d", that choice; "rows", the 16-row
 // kernel. The deterministic mode has one shape and ignores it.
 bool backward_layout_2d(int padded_dim, bool general) {
-  const char* env = std::getenv("ATTN_BWD_LAYOUT");
-  const bool rows = env != nullptr && std::strcmp(env, "rows") == 0;
-  TORCH_CHECK_VALUE(env == nullptr || env[0] == '\0' || rows || std::strcmp(env, "2d") == 0,
-                    attn::str("ATTN_BWD_LAYOUT must be \"2d\" or \"rows\" (or unset) but is \"",
-                    env, "\"."));
-  if (rows) return false;
+  if (attn::env_choice("ATTN_BWD_LAYOUT", {"2d", "rows"}, 0) == 1) return false;  // "rows"
   int device = 0, optin = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));

@@ -140,8 +140,9 @@ def _cases():
     return cases
 
 
-def _make(case, dtype):
-    b, hq, hkv, sq, sk, d, causal, layout = case
+def _inputs(b, hq, hkv, sq, sk, d, dtype, layout="contiguous"):
+    """q [b, hq, sq, d], k and v [b, hkv, sk, d] from a generator seeded by the shape (returned
+    too, for what a test draws after them); "bshd": [B, S, H, D] tensors seen as [B, H, S, D]."""
     g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
     if layout == "bshd":
         q = torch.randn(b, sq, hq, d, device="cuda", generator=g).to(dtype).transpose(1, 2)
@@ -151,6 +152,12 @@ def _make(case, dtype):
         q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
         k = torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype)
         v = torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype)
+    return q, k, v, g
+
+
+def _make(case, dtype):
+    b, hq, hkv, sq, sk, d, causal, layout = case
+    q, k, v, _ = _inputs(b, hq, hkv, sq, sk, d, dtype, layout)
     return q, k, v, causal
 
 
@@ -335,9 +342,7 @@ def test_variants_at_head_dims_96_and_256(dtype):
 
     checks = []
     for b, hq, hkv, sq, sk, d, kwargs in _head_dim_variant_cases():
-        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
-        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
-        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        q, k, v, _ = _inputs(b, hq, hkv, sq, sk, d, dtype)
         variant = Variant(**kwargs)
         name = f"{(b, hq, hkv, sq, sk, d)} {variant.describe()}"
         assert hopper.supports(q, k, v), name
@@ -365,9 +370,7 @@ def test_block_sparse_masks_on_the_hopper_kernel(dtype):
 
     checks = []
     for b, hq, hkv, sq, sk, d, causal, kind in MASK_CASES:
-        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
-        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
-        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        q, k, v, g = _inputs(b, hq, hkv, sq, sk, d, dtype)
         mask = block_sparse_mask(kind, b, hq, sq, sk, dtype, g, "cuda")
         variant = Variant(causal=causal, mask=mask)
         name = f"{(b, hq, hkv, sq, sk, d)} {variant.describe()} ({kind})"
@@ -611,9 +614,7 @@ def test_aligned_variant_tiling(dtype, tiling, monkeypatch):
     monkeypatch.setenv("ATTN_HOPPER_VARIANT_ALIGN", tiling)
     checks = []
     for b, hq, hkv, sq, sk, d, kwargs in _aligned_tiling_cases():
-        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
-        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
-        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        q, k, v, _ = _inputs(b, hq, hkv, sq, sk, d, dtype)
         variant = Variant(**kwargs)
         name = f"tiling {tiling} {(b, hq, hkv, sq, sk, d)} {variant.describe()}"
         call = {n: value for n, value in variant.kwargs().items() if n != "causal"}
@@ -668,9 +669,7 @@ def test_general_key_loop_split_matches_old(dtype, monkeypatch):
 
     checks = []
     for b, hq, hkv, sq, sk, d, kwargs in _general_loop_cases():
-        g = torch.Generator(device="cuda").manual_seed(sq * 131 + sk * 7 + d + hq)
-        q = torch.randn(b, hq, sq, d, device="cuda", generator=g).to(dtype)
-        k, v = (torch.randn(b, hkv, sk, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        q, k, v, _ = _inputs(b, hq, hkv, sq, sk, d, dtype)
         variant = Variant(**kwargs)
         name = f"{(b, hq, hkv, sq, sk, d)} {variant.describe()}"
         call = {n: value for n, value in variant.kwargs().items() if n != "causal"}

@@ -10,6 +10,8 @@
 #include "tensor_api.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -53,6 +55,29 @@ std::string str(const Args&... args) {
   std::string s;
   (detail::append(s, args), ...);
   return s;
+}
+
+// A measurement switch: the environment variable `name` names one of `values`, read on every
+// call (a getenv is cheap) so that one process can time the choices side by side. Returns the
+// index of its value; unset or empty, `default_index`; anything else raises a sentence that lists
+// the choices.
+inline int env_choice(const char* name, std::initializer_list<const char*> values, int default_index) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || env[0] == '\0') return default_index;
+  int index = 0;
+  for (const char* value : values) {
+    if (std::strcmp(env, value) == 0) return index;
+    ++index;
+  }
+  std::string names;
+  index = 0;
+  for (const char* value : values) {
+    if (index > 0) names += index + 1 == static_cast<int>(values.size()) ? " or " : ", ";
+    names += attn::str("\"", value, "\"");
+    ++index;
+  }
+  TORCH_CHECK_VALUE(false, attn::str(name, " must be ", names, " (or unset) but is \"", env, "\"."));
+  return default_index;
 }
 
 // A CUDA tensor on the current device, of one of the listed dtypes.
