@@ -250,6 +250,20 @@ constexpr bool ds_store_is_conflict_free() {
   return true;
 }
 
+// Consecutive k-steps of that store are 16 query rows = 2048 bytes apart, whatever the lane:
+// store_ds computes one address per thread and steps it (8 addresses held across the walk at
+// D 64 made ptxas spill).
+template <typename Cfg>
+constexpr bool ds_store_steps_by_16_rows() {
+  for (int c = 0; c < Cfg::kConsumers; ++c)
+    for (int w = 0; w < 4; ++w)
+      for (int kk = 0; kk < Cfg::kBlockM / 16; ++kk)
+        for (int lane = 0; lane < 32; ++lane)
+          if (ds_store_address<Cfg>(c, w, kk, lane) != ds_store_address<Cfg>(c, w, 0, lane) + kk * 16 * 128)
+            return false;
+  return true;
+}
+
 template <typename Cfg>
 struct BwdLayoutProofs {
   // S^T = K_c Q^T and dP^T = V_c dO^T: each consumer's 64 rows of K / V (A, K-major) ...
@@ -272,6 +286,7 @@ struct BwdLayoutProofs {
                 "dS: the K-major A of dQ");
   static_assert(ds_store_writes_the_layout<Cfg>(), "stmatrix.trans of dS^T must write dS's layout");
   static_assert(ds_store_is_conflict_free<Cfg>(), "stmatrix.trans of dS^T: one wavefront per matrix");
+  static_assert(ds_store_steps_by_16_rows<Cfg>(), "stmatrix.trans of dS^T: k-steps 2048 bytes apart");
   static constexpr bool kProved = true;
 };
 
@@ -392,8 +407,8 @@ __device__ __forceinline__ void p_and_ds(ScoreAcc<Cfg>& st, ScoreAcc<Cfg>& dpt, 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = 4 * c + 2 * h;
-      st[r] = exp2f(st[r] * scale_log2 - l2.x);
-      st[r + 1] = exp2f(st[r + 1] * scale_log2 - l2.y);
+      st[r] = mma_attn::exp2_approx(fmaf(st[r], scale_log2, -l2.x));
+      st[r + 1] = mma_attn::exp2_approx(fmaf(st[r + 1], scale_log2, -l2.y));
       dpt[r] = st[r] * (dpt[r] - d.x);
       dpt[r + 1] = st[r + 1] * (dpt[r + 1] - d.y);
     }
@@ -445,11 +460,12 @@ __device__ __forceinline__ void issue_dk(DkvAcc<Cfg>& dk, const ScoreFragments<C
 template <typename Cfg>
 __device__ __forceinline__ void store_ds(const ScoreFragments<Cfg>& ds_t, uint32_t smem, int ds_stage,
                                          int consumer, int warp, int lane) {
-  const uint32_t tile = smem + BwdSmem<Cfg>::ds + ds_stage * BwdSmem<Cfg>::kTileDs;
+  // k-step kk is 2048 kk bytes past k-step 0 (BwdLayoutProofs: ds_store_steps_by_16_rows).
+  const uint32_t at = smem + BwdSmem<Cfg>::ds + ds_stage * BwdSmem<Cfg>::kTileDs +
+                      ds_store_address<Cfg>(consumer, warp, 0, lane);
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockM / 16; ++kk)
-    stmatrix_x4_trans(tile + ds_store_address<Cfg>(consumer, warp, kk, lane), ds_t[kk][0], ds_t[kk][1],
-                      ds_t[kk][2], ds_t[kk][3]);
+    stmatrix_x4_trans(at + kk * 16 * 128, ds_t[kk][0], ds_t[kk][1], ds_t[kk][2], ds_t[kk][3]);
 }
 
 // This consumer's 64 x 64 block of dQ = dS K over the CTA's kBlockN keys (8 k-steps): rows
