@@ -17,8 +17,9 @@
 //                     transposed stmatrix of dS, checked at compile time against the layout
 //                     the TMA writes (the forward's LayoutProofs, extended);
 //   produce_step      the producer's copies of one step (Q + lse2, dO + D) onto two mbarriers;
-//   issue_st_dpt      S^T = K Q^T and dP^T = V dO^T for one consumer's 64 keys (ss wgmma);
-//   p_and_ds          P^T = exp2(S^T scale_log2 - lse2), dS^T = P^T (dP^T - D) in registers;
+//   issue_st, _dpt    S^T = K Q^T and dP^T = V dO^T for one consumer's 64 keys (ss wgmma);
+//   probabilities,    P^T = exp2(S^T scale_log2 - lse2) (while dP^T computes), then
+//   score_gradients   dS^T = P^T (dP^T - D), in registers (p_and_ds: both);
 //   pack_fragments    an m64 accumulator as the register A operand of the next wgmma;
 //   issue_dv / dk     dV += P^T dO, dK += dS^T Q (rs wgmma: P^T and dS^T never leave registers);
 //   store_ds          dS^T from registers into the [queries][keys] dS tile (stmatrix .trans);
@@ -360,59 +361,92 @@ using ScoreFragments = uint32_t[Cfg::kBlockM / 16][4];
 template <typename Cfg>
 using DkvAcc = float[Cfg::kRegsDkv];
 
-// S^T = K_c Q^T, then dP^T = V_c dO^T, two commit groups (wait<1>: S^T is in; wait<0>: both).
-// The caller has waited on the stage's Q-full and dO-full barriers. `own` = this consumer's
-// row offset in K and V (64 c rows = 8192 c bytes within each column block).
+// acc = this consumer's 64 rows of an own tile (K or V: `own_tile` = its start, 64 c rows =
+// 8192 c bytes into each column block) times the stage's streamed tile (Q or dO) transposed:
+// S^T = K_c Q^T or dP^T = V_c dO^T, ss, D/16 k-steps, one commit group (wait<N> covers it).
 template <typename Element, typename Cfg>
-__device__ __forceinline__ void issue_st_dpt(ScoreAcc<Cfg>& st, ScoreAcc<Cfg>& dpt, uint32_t smem,
-                                             int consumer, int stage) {
-  using L = BwdSmem<Cfg>;
-  const uint32_t own = static_cast<uint32_t>(consumer * Cfg::kKeysPerConsumer * 128);
-  const uint32_t q_tile = smem + L::q + stage * L::kTileQ;
-  const uint32_t do_tile = smem + L::dout + stage * L::kTileQ;
-  fence_registers(st);
-  fence_registers(dpt);
+__device__ __forceinline__ void issue_transposed_scores(ScoreAcc<Cfg>& acc, uint32_t own_tile,
+                                                        uint32_t stream_tile) {
+  fence_registers(acc);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk)
     Wgmma<Element, Cfg::kBlockM>::template ss<0>(
-        st, kmajor_descriptor(smem + L::k + own + kmajor_step_offset<Cfg::kBlockN>(kk)),
-        kmajor_descriptor(q_tile + kmajor_step_offset<Cfg::kBlockM>(kk)), kk > 0 ? 1 : 0);
+        acc, kmajor_descriptor(own_tile + kmajor_step_offset<Cfg::kBlockN>(kk)),
+        kmajor_descriptor(stream_tile + kmajor_step_offset<Cfg::kBlockM>(kk)), kk > 0 ? 1 : 0);
   wgmma_commit();
-#pragma unroll
-  for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk)
-    Wgmma<Element, Cfg::kBlockM>::template ss<0>(
-        dpt, kmajor_descriptor(smem + L::v + own + kmajor_step_offset<Cfg::kBlockN>(kk)),
-        kmajor_descriptor(do_tile + kmajor_step_offset<Cfg::kBlockM>(kk)), kk > 0 ? 1 : 0);
-  wgmma_commit();
-  fence_registers(st);
-  fence_registers(dpt);
+  fence_registers(acc);
 }
 
-// In place: st becomes P^T = exp2(S^T scale_log2 - lse2[query]), dpt becomes dS^T = P^T (dP^T -
-// D[query]). Register 4c + 2h + e is key row 16w + g + 8h, query column 8c + 2q + e: both row
-// statistics are per column, read as float2 from the stage's buffers (the 8 lanes of a quad
-// column read the same 8 bytes: a broadcast). Masked scores must already be -inf (the mask
-// goes between S^T's wait and this call); lse2 is +inf for a query that saw no key, so its P
-// is 0. The softcap's slope, where used, multiplies dS^T here (FlashAttention-3's dtanh,
-// computed before the mask).
+// The two score products of a consumer's step: S^T = K_c Q^T, then dP^T = V_c dO^T, two commit
+// groups (wait<1>: S^T is in; wait<0>: both). The caller has waited on the stage's Q-full
+// (before S^T) and dO-full (before dP^T) barriers.
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void issue_st(ScoreAcc<Cfg>& st, uint32_t smem, int consumer, int stage) {
+  using L = BwdSmem<Cfg>;
+  const uint32_t own = static_cast<uint32_t>(consumer * Cfg::kKeysPerConsumer * 128);
+  issue_transposed_scores<Element, Cfg>(st, smem + L::k + own, smem + L::q + stage * L::kTileQ);
+}
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void issue_dpt(ScoreAcc<Cfg>& dpt, uint32_t smem, int consumer, int stage) {
+  using L = BwdSmem<Cfg>;
+  const uint32_t own = static_cast<uint32_t>(consumer * Cfg::kKeysPerConsumer * 128);
+  issue_transposed_scores<Element, Cfg>(dpt, smem + L::v + own, smem + L::dout + stage * L::kTileQ);
+}
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void issue_st_dpt(ScoreAcc<Cfg>& st, ScoreAcc<Cfg>& dpt, uint32_t smem,
+                                             int consumer, int stage) {
+  issue_st<Element, Cfg>(st, smem, consumer, stage);
+  issue_dpt<Element, Cfg>(dpt, smem, consumer, stage);
+}
+
+// In place: st becomes P^T = exp2(S^T scale_log2 - lse2[query]). Register 4c + 2h + e is key
+// row 16w + g + 8h, query column 8c + 2q + e: the row statistic is per column, read as a
+// float2 from the stage's buffer (the 8 lanes of a quad column read the same 8 bytes: a
+// broadcast). Masked scores must already be -inf (the mask goes between S^T's wait and this
+// call); lse2 is +inf for a query that saw no key (and for the padding past S_q), so its P is
+// 0. Called while dP^T still computes (only S^T's group waited for).
 template <typename Cfg>
-__device__ __forceinline__ void p_and_ds(ScoreAcc<Cfg>& st, ScoreAcc<Cfg>& dpt, const float* lse2_stage,
-                                         const float* delta_stage, float scale_log2, int lane) {
+__device__ __forceinline__ void probabilities(ScoreAcc<Cfg>& st, const float* lse2_stage, float scale_log2,
+                                              int lane) {
   const int q = lane % 4;
 #pragma unroll
   for (int c = 0; c < Cfg::kBlockM / 8; ++c) {
     const float2 l2 = *reinterpret_cast<const float2*>(lse2_stage + 8 * c + 2 * q);
-    const float2 d = *reinterpret_cast<const float2*>(delta_stage + 8 * c + 2 * q);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = 4 * c + 2 * h;
       st[r] = mma_attn::exp2_approx(fmaf(st[r], scale_log2, -l2.x));
       st[r + 1] = mma_attn::exp2_approx(fmaf(st[r + 1], scale_log2, -l2.y));
-      dpt[r] = st[r] * (dpt[r] - d.x);
-      dpt[r + 1] = st[r + 1] * (dpt[r + 1] - d.y);
     }
   }
+}
+
+// In place: dpt becomes dS^T = P^T (dP^T - D[query]) (p_t: probabilities' result), D per column
+// as lse2 above. The softcap's slope, where used, would multiply dS^T here (FlashAttention-3's
+// dtanh, computed before the mask).
+template <typename Cfg>
+__device__ __forceinline__ void score_gradients(ScoreAcc<Cfg>& dpt, const ScoreAcc<Cfg>& p_t,
+                                                const float* delta_stage, int lane) {
+  const int q = lane % 4;
+#pragma unroll
+  for (int c = 0; c < Cfg::kBlockM / 8; ++c) {
+    const float2 d = *reinterpret_cast<const float2*>(delta_stage + 8 * c + 2 * q);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 4 * c + 2 * h;
+      dpt[r] = p_t[r] * (dpt[r] - d.x);
+      dpt[r + 1] = p_t[r + 1] * (dpt[r + 1] - d.y);
+    }
+  }
+}
+
+// Both of the above, once both products are in (the design's probe calls this).
+template <typename Cfg>
+__device__ __forceinline__ void p_and_ds(ScoreAcc<Cfg>& st, ScoreAcc<Cfg>& dpt, const float* lse2_stage,
+                                         const float* delta_stage, float scale_log2, int lane) {
+  probabilities<Cfg>(st, lse2_stage, scale_log2, lane);
+  score_gradients<Cfg>(dpt, st, delta_stage, lane);
 }
 
 // An m64 x kBlockM accumulator as the A operand of k-steps over its columns (the forward's

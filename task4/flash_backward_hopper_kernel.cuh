@@ -21,11 +21,17 @@
 // 194 KB of shared memory, one CTA per SM.
 //
 // One step of consumer c (the design's protocol, numbered as there):
-//   1. wait Q-full and dO-full of the stage; issue S^T, then dP^T (two commit groups)
+//   1. wait Q-full, issue S^T; wait dO-full, issue dP^T (two commit groups)
 //   2. wait<1>: S^T is in; the mask on the tiles that need it (the causal diagonal, keys past
-//      S_k); wait<0>: P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D)
+//      S_k) and P^T = exp2(S^T scale log2e - lse2), meant to run while dP^T computes; wait<0>:
+//      dS^T = P^T (dP^T - D). (ptxas 13.0 schedules most of the exp2 after the second wait
+//      anyway: the PTX has them before it, the SASS mostly after; an empty asm "using" P^T
+//      before the wait changed nothing, since the reordering is ptxas's, not the front end's.)
 //   3. pack both to 16 bits; dS^T into dS[step % 2] by stmatrix.trans
 //   4. issue dV += P^T dO; fence.proxy.async; named barrier (both consumers' dS are in)
+//      (kEarlyDv, head dim 128 only, ATTN_BWD_WGMMA_DV=early: dV issued in step 2 right after
+//      P^T, before waiting for dP^T, so that the exp2 overlap dP^T and dV overlaps dS^T's
+//      math; FlashAttention-3 issues dV after storing dS, as the default here does)
 //   5. issue dQ block = dS K (ss, 64 x 64 over the CTA's 128 keys), then dK += dS^T Q
 //   6. wait<1>: dV and dQ are done: dQ into the fp32 dq_accum by float2 atomics
 //   7. wait<0>: dK is done: each warp's lane 0 releases the stage (empty mbarrier)
@@ -151,11 +157,11 @@ __device__ __forceinline__ void store_gradient(const DkvAcc<Cfg>& acc, float fac
   }
 }
 
-// grid (B * H_kv, ceil(S_k / 128)), BwdTile<kHeadDim>::kThreads threads, BwdSmem<Cfg>::kBytes of
+// kEarlyDv: the order of step 4 (above). grid (B * H_kv, ceil(S_k / 128)), BwdTile<kHeadDim>::kThreads threads, BwdSmem<Cfg>::kBytes of
 // dynamic shared memory. map_q / map_do: [B, H_q, S_q, D] with kBlockM-row boxes; map_k / map_v:
 // [B, H_kv, S_k, D] with 128-row boxes (64-column boxes, 128-byte swizzle: the forward's
 // make_tensor_map).
-template <typename Element, int kHeadDim>
+template <typename Element, int kHeadDim, bool kEarlyDv>
 __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     flash_backward_hopper_kernel(const BwdHopperParams p, const __grid_constant__ CUtensorMap map_q,
                                  const __grid_constant__ CUtensorMap map_k,
@@ -165,6 +171,8 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
   using Cfg = BwdTile<kHeadDim>;
   using L = BwdSmem<Cfg>;
   static_assert(BwdLayoutProofs<Cfg>::kProved, "descriptor / layout proofs");
+  static_assert(!kEarlyDv || kHeadDim == 128, "the early dV holds P^T's fragments beside S^T and dP^T: "
+                                              "ptxas spilled 48 bytes at head dim 64");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The tiles need 1024-byte alignment (the swizzle's period); the budget has the slack.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -227,26 +235,36 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     const int head = kv_head * p.kv_group + cursor.group;
     const int row0 = cursor.row0;
 
-    // 1. S^T and dP^T.
-    hopper_attn::mbarrier_wait(smem + L::bar_q_full + 8 * stage, parity);
-    hopper_attn::mbarrier_wait(smem + L::bar_do_full + 8 * stage, parity);
+    // 1. S^T once Q is in, dP^T once dO is.
     ScoreAcc<Cfg> st, dpt;
-    issue_st_dpt<Element, Cfg>(st, dpt, smem, consumer, stage);
+    hopper_attn::mbarrier_wait(smem + L::bar_q_full + 8 * stage, parity);
+    issue_st<Element, Cfg>(st, smem, consumer, stage);
+    hopper_attn::mbarrier_wait(smem + L::bar_do_full + 8 * stage, parity);
+    issue_dpt<Element, Cfg>(dpt, smem, consumer, stage);
 
-    // 2. The mask while dP^T computes, then P^T and dS^T.
+    // 2. The mask and P^T while dP^T computes, then dS^T.
     hopper_attn::wgmma_wait<1>();
     fence_registers(st);
     const attn::KeyMask<false> mask(p.mask, batch, head);
     if (tile_needs_mask<Cfg>(mask, row0, kv_start)) mask_scores<Cfg>(st, mask, key0, row0 + 2 * (lane % 4));
-    hopper_attn::wgmma_wait<0>();
+    probabilities<Cfg>(st, reinterpret_cast<const float*>(smem_ptr + L::lse2 + stage * L::kRowStats),
+                       p.scale_log2, lane);
+    ScoreFragments<Cfg> p_t, ds_t;
+    if constexpr (kEarlyDv) {
+      // dV issued now (its operands are P^T and dO, both here): the exp2 must finish before
+      // the issue, i.e. while dP^T computes, and dV runs while dS^T is formed and stored.
+      pack_fragments<Element, Cfg>(p_t, st);
+      issue_dv<Element, Cfg>(dv, p_t, smem, stage);
+      hopper_attn::wgmma_wait<1>();  // dP^T is in (groups retire in order; dV may still run)
+    } else {
+      hopper_attn::wgmma_wait<0>();
+    }
     fence_registers(dpt);
-    p_and_ds<Cfg>(st, dpt, reinterpret_cast<const float*>(smem_ptr + L::lse2 + stage * L::kRowStats),
-                  reinterpret_cast<const float*>(smem_ptr + L::delta + stage * L::kRowStats), p.scale_log2,
-                  lane);
+    score_gradients<Cfg>(dpt, st, reinterpret_cast<const float*>(smem_ptr + L::delta + stage * L::kRowStats),
+                         lane);
 
     // 3. 16-bit fragments; dS into its stage.
-    ScoreFragments<Cfg> p_t, ds_t;
-    pack_fragments<Element, Cfg>(p_t, st);
+    if constexpr (!kEarlyDv) pack_fragments<Element, Cfg>(p_t, st);
     pack_fragments<Element, Cfg>(ds_t, dpt);
     const int ds_stage = step % Cfg::kStagesDs;
     {
@@ -256,8 +274,8 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
       store_ds<Cfg>(ds_t, smem, ds_stage, consumer, (fresh / 32) % 4, fresh % 32);
     }
 
-    // 4. dV, then both consumers' dS published to the async proxy.
-    issue_dv<Element, Cfg>(dv, p_t, smem, stage);
+    // 4. dV (unless issued early), then both consumers' dS published to the async proxy.
+    if constexpr (!kEarlyDv) issue_dv<Element, Cfg>(dv, p_t, smem, stage);
     hopper_attn::fence_proxy_async();
     consumers_barrier_sync();
 
@@ -322,19 +340,28 @@ __global__ void __launch_bounds__(kPadThreads)
 // Launch (host)
 // ---------------------------------------------------------------------------------------
 
-// The backward's launches on `stream`: the mma.sync backward's preprocess (p: out, d_out, lse;
+// early_dv: the kernel with kEarlyDv (head dim 128; ignored at 64). The backward's launches on
+// `stream`: the mma.sync backward's preprocess (p: out, d_out, lse;
 // lse2 and delta [B * H_q * S_q]) and their copy into the padded rows the kernel reads (hp.lse2,
 // hp.delta), the kernel (hp, the four tensor maps), the dQ convert pass (p: dq_accum, dq, scale).
 // Returns an error sentence, or nullptr.
 template <typename Element, int kHeadDim>
 const char* launch_backward_hopper(const mma_bwd::BwdParams& p, const BwdHopperParams& hp, const CUtensorMap& map_q,
                                    const CUtensorMap& map_k, const CUtensorMap& map_v, const CUtensorMap& map_do,
-                                   cudaStream_t stream) {
+                                   bool early_dv, cudaStream_t stream) {
   using Cfg = BwdTile<kHeadDim>;
   constexpr int kSmem = BwdSmem<Cfg>::kBytes;
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      flash_backward_hopper_kernel<Element, kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (configured != cudaSuccess) return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
+  // The early dV is instantiated at head dim 128 only (the kernel's static_assert says why).
+  constexpr bool kHasEarlyDv = kHeadDim == 128;
+  early_dv = early_dv && kHasEarlyDv;
+  auto kernel = early_dv ? flash_backward_hopper_kernel<Element, kHeadDim, kHasEarlyDv>
+                         : flash_backward_hopper_kernel<Element, kHeadDim, false>;
+  static const cudaError_t configured[2] = {
+      cudaFuncSetAttribute(flash_backward_hopper_kernel<Element, kHeadDim, false>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      cudaFuncSetAttribute(flash_backward_hopper_kernel<Element, kHeadDim, kHasEarlyDv>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)};
+  if (configured[early_dv ? 1 : 0] != cudaSuccess) return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
   const int64_t key_tiles = (hp.seq_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const int64_t kv_rows = static_cast<int64_t>(p.batch) * hp.kv_heads;
   if (key_tiles > 65535) return "S_k needs more than 65535 key tiles of 128 (gridDim.y)";
@@ -352,8 +379,7 @@ const char* launch_backward_hopper(const mma_bwd::BwdParams& p, const BwdHopperP
   if (cudaPeekAtLastError() != cudaSuccess) return "the preprocess did not launch";
 
   const dim3 grid(static_cast<unsigned>(kv_rows), static_cast<unsigned>(key_tiles));
-  flash_backward_hopper_kernel<Element, kHeadDim><<<grid, Cfg::kThreads, kSmem, stream>>>(hp, map_q, map_k, map_v,
-                                                                                           map_do);
+  kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(hp, map_q, map_k, map_v, map_do);
   if (cudaPeekAtLastError() != cudaSuccess) return "flash_backward_hopper_kernel did not launch";
   mma_bwd::launch_dq_convert<Element>(p, stream);
   return nullptr;
@@ -362,15 +388,15 @@ const char* launch_backward_hopper(const mma_bwd::BwdParams& p, const BwdHopperP
 // Each compiled in one file, flash_backward_hopper_fp16.cu or _bf16.cu.
 extern template const char* launch_backward_hopper<__half, 64>(const mma_bwd::BwdParams&, const BwdHopperParams&,
                                                                const CUtensorMap&, const CUtensorMap&,
-                                                               const CUtensorMap&, const CUtensorMap&, cudaStream_t);
+                                                               const CUtensorMap&, const CUtensorMap&, bool, cudaStream_t);
 extern template const char* launch_backward_hopper<__half, 128>(const mma_bwd::BwdParams&, const BwdHopperParams&,
                                                                 const CUtensorMap&, const CUtensorMap&,
-                                                                const CUtensorMap&, const CUtensorMap&, cudaStream_t);
+                                                                const CUtensorMap&, const CUtensorMap&, bool, cudaStream_t);
 extern template const char* launch_backward_hopper<__nv_bfloat16, 64>(
     const mma_bwd::BwdParams&, const BwdHopperParams&, const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-    const CUtensorMap&, cudaStream_t);
+    const CUtensorMap&, bool, cudaStream_t);
 extern template const char* launch_backward_hopper<__nv_bfloat16, 128>(
     const mma_bwd::BwdParams&, const BwdHopperParams&, const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-    const CUtensorMap&, cudaStream_t);
+    const CUtensorMap&, bool, cudaStream_t);
 
 }  // namespace hopper_bwd
