@@ -1,7 +1,8 @@
 // Beyond the course (issue 33): building blocks of a wgmma backward for Hopper (sm_90a),
-// fp16 / bf16, head dims 64 and 128. NOT A KERNEL YET, and not run on a GPU: no .cu includes
-// this header, nothing dispatches to it. task4/NOTES.md, "A wgmma backward for sm_90
-// (design)", is the plan this header starts; its ladder says what comes next.
+// fp16 / bf16, head dims 64 and 128. The kernel that puts them together (rung b2 of the
+// design's ladder: the walk, the mask, the epilogue) is flash_backward_hopper_kernel.cuh, its
+// host entry flash_backward_hopper.cu. task4/NOTES.md, "A wgmma backward for sm_90 (design)",
+// is the plan; its ladder says what comes next.
 //
 // What is here (everything device side, reusing flash_attention_hopper.cuh's wgmma wrappers,
 // descriptors, mbarriers, TMA loads, swizzled layout and its compile-time layout proofs):
@@ -26,16 +27,12 @@
 //   issue_dq          dQ block = dS K (ss wgmma over the CTA's 128 keys);
 //   add_dq            the dQ block into the fp32 dq_accum by float2 atomics (the ladder's first
 //                     dQ path; the existing convert pass scales and rounds it).
-// Masking, the variants, the walk over query tiles, the epilogue and the host side are the
-// next session's (the design says how each fits).
+// Masking, the walk over query tiles, the epilogue and the host side are the kernel file's;
+// the variants beyond causal are the design's later rungs.
 //
-// Compile check (sm_90a, no GPU): a tracked .cu outside every extension's SOURCES fails
-// tests/test_compile.py's GPU test, so the probe that instantiates all of this (one step of
-// one consumer, both dtypes, head dims 64 and 128, setmaxnreg 24 / 240) is printed in
-// task4/NOTES.md, "A wgmma backward for sm_90 (design)", "Compile probe": put it in the
-// ignored .scratch/bwd_hopper_probe.cu and run
-//   python -m common.tools.compile_check .scratch/bwd_hopper_probe.cu
-// (nvcc 13.0: passes; no spills; every static_assert below holds).
+// Compile check (sm_90a, no GPU): flash_backward_hopper_fp16.cu / _bf16.cu instantiate the
+// kernel (python -m common.tools.compile_check task4/flash_backward_hopper_fp16.cu); the probe
+// printed in task4/NOTES.md ("Compile probe") still instantiates one step of these blocks alone.
 //
 // Sources: FlashAttention-3 (Dao-AILab/flash-attention, hopper/): mainloop_bwd_sm90_tma_gmma_ws.hpp
 // (the products, SdP_swapAB, Mma_dKV_is_RS, the PdS named barrier, dQ by TMA reduce-add),

@@ -70,8 +70,8 @@
 namespace hopper_bwd {
 
 // The kernel's parameters (by value). lse2 and delta are [B * H_q * seq_q_pad] float32 (the
-// padded copies, backward_pad_rows_kernel); dq_accum [B, H_q, seq_q_pad, kHeadDim] float32, zeroed; dk and dv new
-// contiguous [B, H_kv, S_k, head_dim] tensors of the element type.
+// padded copies, backward_pad_rows_kernel); dq_accum [B, H_q, seq_q_pad, kHeadDim] float32,
+// zeroed; dk and dv new contiguous [B, H_kv, S_k, head_dim] tensors of the element type.
 struct BwdHopperParams {
   const float* lse2;
   const float* delta;
@@ -157,10 +157,10 @@ __device__ __forceinline__ void store_gradient(const DkvAcc<Cfg>& acc, float fac
   }
 }
 
-// kEarlyDv: the order of step 4 (above). grid (B * H_kv, ceil(S_k / 128)), BwdTile<kHeadDim>::kThreads threads, BwdSmem<Cfg>::kBytes of
-// dynamic shared memory. map_q / map_do: [B, H_q, S_q, D] with kBlockM-row boxes; map_k / map_v:
-// [B, H_kv, S_k, D] with 128-row boxes (64-column boxes, 128-byte swizzle: the forward's
-// make_tensor_map).
+// kEarlyDv: the order of step 4 (above). grid (B * H_kv, ceil(S_k / 128)),
+// BwdTile<kHeadDim>::kThreads threads, BwdSmem<Cfg>::kBytes of dynamic shared memory. map_q /
+// map_do: [B, H_q, S_q, D] with kBlockM-row boxes; map_k / map_v: [B, H_kv, S_k, D] with
+// 128-row boxes (64-column boxes, 128-byte swizzle: hopper_tensor_map.h's make_tensor_map).
 template <typename Element, int kHeadDim, bool kEarlyDv>
 __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     flash_backward_hopper_kernel(const BwdHopperParams p, const __grid_constant__ CUtensorMap map_q,
