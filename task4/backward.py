@@ -13,6 +13,15 @@ inference path, and `loss.backward()` then runs FlashAttention-2's backward:
               input dtype with fp32 accumulators. Both give dq, dk, dv with dk and dv summed
               over each KV head's query group (GQA).
 
+The wgmma backward (issue 33; task4/flash_backward_hopper_kernel.cuh, in the Hopper extension)
+computes fp16/bf16 gradients on an H100/H200 when ATTN_BWD_LAYOUT=wgmma (read at each backward,
+so that one process can time it beside the mma.sync kernel) and the call is in its scope: dense
+or causal with no other variant (no window, stride, mask tensor, key lengths or softcap; sinks
+and a scale are fine), head_dim a multiple of 8 from 64 to 128, not deterministic. Anything else,
+and every call while ATTN_BWD_LAYOUT is unset, "2d" or "rows", runs the mma.sync backward.
+(ATTN_BWD_WGMMA_DV=early, also read per call, picks its head-dim-128 variant that issues dV
+before waiting for dP^T; task4/flash_backward_hopper.cu.)
+
 Without grad (inference, torch.no_grad(), inputs that do not require grad) nothing changes: no
 lse is computed, the Hopper kernel and the strided classes still run where they apply.
 
@@ -34,9 +43,11 @@ PyTorch version (task3/flash_backward.py) in for the extension's four entries th
 `kernel_forward` and `kernel_backward` call, to check the plumbing there.
 """
 
+import os
+
 import torch
 
-from common.build import call_extension
+from common.build import BuildError, call_extension
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 NAMESPACE = "attention_kernels"
@@ -49,6 +60,39 @@ def _extension():
     from task4.attention import _extension as load
 
     return load()
+
+
+def _hopper_extension(q):
+    """The Hopper extension (task4/hopper.py) when q is on a compute capability 9.0 GPU and the
+    extension builds, else None."""
+    from task4 import hopper
+
+    if not q.is_cuda or not hopper.is_sm90(q.get_device()):
+        return None
+    try:
+        return hopper.load()
+    except BuildError:
+        return None
+
+
+def wgmma_backward_in_scope(q, causal, window, stride, mask, key_lengths, softcap) -> bool:
+    """Whether the wgmma backward takes this call (its device and build aside): fp16/bf16,
+    dense or causal with no other variant, head_dim a multiple of 8 from 64 to 128, and not
+    under torch.use_deterministic_algorithms (its dQ is added by atomics)."""
+    head_dim = q.shape[-1]
+    return (q.dtype in HALF_DTYPES and window is None and stride == 1 and mask is None
+            and key_lengths is None and softcap is None and 64 <= head_dim <= 128
+            and head_dim % 8 == 0 and not torch.are_deterministic_algorithms_enabled())
+
+
+def _wgmma_backward(q, causal, window, stride, mask, key_lengths, softcap):
+    """The extension to run this gradient on the wgmma backward, or None: ATTN_BWD_LAYOUT=wgmma
+    (read per call), the call in the kernel's scope, and a Hopper GPU with the extension."""
+    if os.environ.get("ATTN_BWD_LAYOUT", "") != "wgmma":
+        return None
+    if not wgmma_backward_in_scope(q, causal, window, stride, mask, key_lengths, softcap):
+        return None
+    return _hopper_extension(q)
 
 
 # --- the two kernel calls (the CPU tests replace these) -------------------------------------
@@ -70,10 +114,16 @@ def kernel_forward(q, k, v, causal, window, stride, mask, key_lengths, left_padd
 def kernel_backward(q, k, v, out, lse, d_out, causal, window, stride, mask, key_lengths,
                     left_padding, softcap, scale):
     """(dq, dk, dv) in the dtypes of q, k, v: the tensor-core backward for fp16/bf16 (its
-    deterministic dQ pass under torch.use_deterministic_algorithms(True)), the fp32 lesson kernel
-    for float32 (and for anything else, on float32 copies)."""
-    ext = _extension()
+    deterministic dQ pass under torch.use_deterministic_algorithms(True); the wgmma backward
+    under ATTN_BWD_LAYOUT=wgmma where it applies), the fp32 lesson kernel for float32 (and for
+    anything else, on float32 copies)."""
     dtype = q.dtype
+    hopper_ext = _wgmma_backward(q, causal, window, stride, mask, key_lengths, softcap)
+    if hopper_ext is not None:
+        dq, dk, dv = call_extension(hopper_ext.flash_attention_backward_hopper, q, k, v,
+                                    out.to(dtype), lse, d_out.to(dtype), causal, scale)
+        return dq, dk, dv
+    ext = _extension()
     if dtype in HALF_DTYPES:
         dq, dk, dv = call_extension(ext.flash_attention_backward_mma, q, k, v, out.to(dtype),
                                     lse, d_out.to(dtype), causal, window, stride, mask,

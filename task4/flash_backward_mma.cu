@@ -101,9 +101,11 @@ torch::Tensor half_rows_ready(const torch::Tensor& t) {
 // (flash_backward_mma_2d.cuh) where the GPU gives a block its shared memory, else the 16-row
 // kernel (flash_backward_mma.cuh). ATTN_BWD_LAYOUT, read on every call (attn::env_choice) so
 // that one process can time both: unset, empty or "2d", that choice; "rows", the 16-row
-// kernel. The deterministic mode has one shape and ignores it.
+// kernel; "wgmma" is task4/backward.py's switch to the Hopper backward
+// (flash_backward_hopper.cu), and a call that reaches this kernel under it is one outside that
+// kernel's scope: the default choice. The deterministic mode has one shape and ignores it.
 bool backward_layout_2d(int padded_dim, bool general) {
-  if (attn::env_choice("ATTN_BWD_LAYOUT", {"2d", "rows"}, 0) == 1) return false;  // "rows"
+  if (attn::env_choice("ATTN_BWD_LAYOUT", {"2d", "rows", "wgmma"}, 0) == 1) return false;  // "rows"
   int device = 0, optin = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));

@@ -7,6 +7,10 @@ only.
     supports(q, k, v, causal, out=None, ...)      whether the kernel takes these inputs
     tile_summary(q, k, mask)                      a mask tensor's per-tile summary (the tests')
     flash_attention_hopper(q, k, v, causal=False, version=3, out=None, lse=None, scale=None)
+    flash_attention_backward_hopper(q, k, v, out, lse, d_out, causal=False, scale=None)
+                                                  the backward on wgmma (dense or causal):
+                                                  [dq, dk, dv]; task4/backward.py routes to it
+                                                  under ATTN_BWD_LAYOUT=wgmma
 
 `version` picks a rung of the ladder the kernel file describes: 1 = wgmma with cp.async
 loads, 2 = TMA + mbarrier pipeline, 3 = warp-specialized producer/consumer warpgroups, 4 = 3 with
@@ -51,9 +55,14 @@ from task4.manifest import HOPPER_VERSIONS, hopper_takes_head_dim
 NAME = "custom_flash_attention_hopper"
 # The host entry (SOURCES[1], which holds the dispatch the release stubs: is_written), then the
 # instantiations, two files per element type (dense, general) so that ninja compiles them side by side.
+# The backward on wgmma (issue 33) is built into the same extension (sm_90a too): its host entry
+# and its instantiations, one file per element type, compiled beside the forward's.
 SOURCES = ["task4/hopper_binding.cpp", "task4/flash_attention_hopper.cu",
            "task4/flash_attention_hopper_fp16.cu", "task4/flash_attention_hopper_fp16_general.cu",
-           "task4/flash_attention_hopper_bf16.cu", "task4/flash_attention_hopper_bf16_general.cu"]
+           "task4/flash_attention_hopper_bf16.cu", "task4/flash_attention_hopper_bf16_general.cu",
+           "task4/flash_backward_hopper.cu", "task4/flash_backward_hopper_fp16.cu",
+           "task4/flash_backward_hopper_bf16.cu"]
+BACKWARD_SOURCES = SOURCES[6:]
 ARCH = "9.0a"  # torch turns "9.0a" into -gencode=arch=compute_90a,code=sm_90a
 VERSIONS = HOPPER_VERSIONS
 takes_head_dim = hopper_takes_head_dim  # (version, head_dim) -> bool: v6 is head_dim 64 only
@@ -213,6 +222,18 @@ def flash_attention_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
     """
     return call_extension(load().flash_attention_hopper, q, k, v, causal, version, out, lse,
                           scale, window, stride, mask, key_lengths, left_padding, softcap, sinks)
+
+
+def flash_attention_backward_hopper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                    out: torch.Tensor, lse: torch.Tensor, d_out: torch.Tensor,
+                                    causal: bool = False, scale: float | None = None):
+    """[dq, dk, dv] of softmax(q k^T * scale) v on the wgmma backward (task4/
+    flash_backward_hopper_kernel.cuh): fp16/bf16, dense or causal (bottom-right for S_q != S_k),
+    GQA/MQA, head dims that are multiples of 8 from 64 to 128; `lse` [B, H_q, S_q] float32 is
+    the forward's base-2 log-sum-exp. Other inputs raise ValueError naming why (task4/backward.py
+    routes them to the mma.sync backward instead)."""
+    return call_extension(load().flash_attention_backward_hopper, q, k, v, out, lse, d_out,
+                          causal, scale)
 
 
 def tile_summary(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor,

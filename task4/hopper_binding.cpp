@@ -32,6 +32,14 @@ bool hopper_supports(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                      std::optional<torch::Tensor> out, int64_t stride,
                      std::optional<torch::Tensor> mask);
 
+// The backward on wgmma (task4/flash_backward_hopper.cu): fp16/bf16, q [B, H_q, S_q, D], k/v
+// [B, H_kv, S_k, D], out and d_out like q, lse [B, H_q, S_q] float32 (the forward's base-2
+// log-sum-exp), dense or causal, D a multiple of 8 from 64 to 128. Returns {dq, dk, dv}.
+std::vector<torch::Tensor> flash_attention_backward_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                                                           torch::Tensor out, torch::Tensor lse,
+                                                           torch::Tensor d_out, bool causal,
+                                                           std::optional<double> scale);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Task 4+: FlashAttention forward for Hopper (wgmma, TMA, warp specialization)";
   m.def("flash_attention_hopper", &flash_attention_hopper,
@@ -44,6 +52,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("hopper_tile_summary", &hopper_tile_summary,
         "The per-tile summary (0 empty, 1 visible, 2 partial) of a mask tensor", py::arg("q"),
         py::arg("k"), py::arg("mask"), py::arg("block_m") = 128);
+  m.def("flash_attention_backward_hopper", &flash_attention_backward_hopper,
+        "FlashAttention backward on sm_90a (wgmma), fp16/bf16, dense or causal: [dq, dk, dv]",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("d_out"),
+        py::arg("causal") = false, py::arg("scale") = py::none());
   m.def("hopper_supports", &hopper_supports,
         "True when flash_attention_hopper takes these inputs on this GPU", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("out") = py::none(), py::arg("stride") = 1,

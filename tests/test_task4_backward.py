@@ -265,6 +265,52 @@ def test_deterministic_algorithms_pick_the_tensor_core_backwards_dq_pass(fake_ex
         assert fake_ext.calls[-1] == ("backward_mma", on)
 
 
+def test_wgmma_switch_routes_in_scope_half_gradients_to_the_hopper_backward(fake_ext, monkeypatch):
+    """ATTN_BWD_LAYOUT=wgmma (read at each backward) sends fp16/bf16 gradients of dense or
+    causal calls with head dims 64..128 to the Hopper extension's flash_attention_backward_hopper
+    (here a stand-in: the CPU has no Hopper GPU); a variant, another head dim, the deterministic
+    mode, or the switch unset / "2d" keep the mma.sync backward."""
+    from task4 import backward
+
+    hopper_calls = []
+
+    class HopperStandIn:
+        def flash_attention_backward_hopper(self, q, k, v, out, lse, d_out, causal, scale):
+            assert all(t.dtype == q.dtype for t in (k, v, out, d_out)) and lse.dtype == torch.float32
+            hopper_calls.append(causal)
+            return fake_ext.flash_attention_backward_mma(q, k, v, out, lse, d_out, causal, None, 1,
+                                                         None, None, False, None, scale, False)
+
+    monkeypatch.setattr(backward, "_hopper_extension", lambda q: HopperStandIn())
+
+    def runs_hopper(layout, head_dim=64, deterministic=False, **settings):
+        if layout is None:
+            monkeypatch.delenv("ATTN_BWD_LAYOUT", raising=False)
+        else:
+            monkeypatch.setenv("ATTN_BWD_LAYOUT", layout)
+        before = len(hopper_calls)
+        (q, k, v), d_out = _inputs(head_dim=head_dim, dtype=torch.float16)
+        with deterministic_algorithms(deterministic):
+            _ours(q, k, v, d_out, **settings)
+        return len(hopper_calls) > before
+
+    assert runs_hopper("wgmma", causal=True) and runs_hopper("wgmma", head_dim=128)
+    assert runs_hopper("wgmma", head_dim=96, causal=True, scale=0.2)
+    assert not runs_hopper(None, causal=True) and not runs_hopper("2d") and not runs_hopper("rows")
+    assert not runs_hopper("wgmma", head_dim=16) and not runs_hopper("wgmma", head_dim=40)
+    # (The stand-in takes task 3's variants only: the others' scope is asked directly.)
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16)
+    assert backward.wgmma_backward_in_scope(q, True, None, 1, None, None, None)
+    for window, stride, mask, lengths in ((5, 1, None, None), (None, 2, None, None),
+                                          (None, 1, torch.ones(8, 8, dtype=torch.bool), None),
+                                          (None, 1, None, torch.ones(1, dtype=torch.int32))):
+        assert not backward.wgmma_backward_in_scope(q, True, window, stride, mask, lengths, None)
+    assert not backward.wgmma_backward_in_scope(q.float(), True, None, 1, None, None, None)
+    assert not runs_hopper("wgmma", causal=True, softcap=2.0)
+    assert not runs_hopper("wgmma", causal=True, deterministic=True)
+    assert fake_ext.calls[-1] == ("backward_mma", True)
+
+
 def test_groups_are_in_task4_test():
     from task4 import test as task4_test
     from task4.backward_checks import GROUPS
