@@ -194,10 +194,6 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   p.counters = num_splits > 1 ? split_counters(stream, batch * heads_kv * row_tiles) : nullptr;
-  // Measurement switch, read on every call so that one process can compare (GqaParams):
-  // ATTN_GQA_TAIL=lean issues the first copies from addresses worked out before the wait and
-  // merges only the warps that had key tiles (warp 0 alone: from its registers, no barrier).
-  p.tail_lean = attn::env_choice("ATTN_GQA_TAIL", {"default", "lean"}, 0);
   with_config(head_dim, device, [&](auto* cfg_tag) {
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {

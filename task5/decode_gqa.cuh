@@ -82,12 +82,16 @@
 // shape, and they were removed: a split merge spread over the split blocks (each waiting for
 // its row tile's splits, then merging a 1/num_splits share, instead of the last block merging
 // all) and a split count that fills the SMs (33 instead of 32 splits at batch 1, 4 KV heads).
-// Two more cuts of the fixed cost sit behind a measurement switch, not yet measured
-// (ATTN_GQA_TAIL=lean, GqaParams::tail_lean; .scratch/decode_tail_ab.py on the branch
-// decode-floor): Q's and each warp's first K/V tile's copies issued from addresses worked out
-// before the wait (FirstCopies), and a merge of only the warps that had key tiles, where warp 0
-// alone (a split of one tile, as the floor's) writes its rows from its registers, with no block
-// barrier and no shared-memory round trip.
+// Two more cuts of the fixed cost, the prologue's and the tail's: where the plan of keys is
+// known before the wait (a contiguous cache, no key lengths), Q's and each warp's first K/V
+// tile's copies are issued from addresses worked out before the wait (FirstCopies), so that
+// after it only the cp.async instructions are left; and the merge takes only the warps that had
+// key tiles, where warp 0 alone (a split of one tile, as the floor's) writes its rows from its
+// registers, with no block barrier and no shared-memory round trip. Both change no output bit.
+// Against the previous prologue and tail (one process, interleaved, H100) they were faster at
+// short contexts, most on the floor, and no more than 1% slower elsewhere, with every check,
+// bit-identity and graph replay passing
+// (results/logs/h100_s8_decode_tail/decode_tail_ab.log, its script beside it).
 // What is left at batch 1 is that fixed cost, not the streaming: fitted over contexts, a decode
 // takes a fixed time plus its bytes at about the copy bandwidth (h100_gqa_pdl_ab.json), and the
 // fixed time is a kernel launch, one trip to HBM and the split merge; a decode of 16 keys
@@ -216,11 +220,6 @@ struct GqaParams {
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
   int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
-  // Measurement switch (decode_gqa.cu reads it per call; 0 = the default): tail_lean
-  // (ATTN_GQA_TAIL=lean) issues the first copies from addresses computed before the wait
-  // (FirstCopies) and merges only the warps that had key tiles; a block whose only such warp
-  // is warp 0 writes its rows from warp 0's registers, with no block barrier (the kernel).
-  int tail_lean;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -288,8 +287,8 @@ __device__ __forceinline__ void store_output(const GqaParams& p, int64_t b, int 
 }
 
 // Row r's first element of sequence b's output (KV head kv), and two elements stored at dst
-// (an even column): the measurement switch tail_lean's stores from a warp's fragments, the
-// same conversions as store_output's.
+// (an even column): the one-warp tail's stores from warp 0's fragments (the kernel), the same
+// conversions as store_output's.
 template <typename Element>
 __device__ __forceinline__ Element* output_row(const GqaParams& p, int64_t b, int kv, int r) {
   const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
@@ -417,13 +416,13 @@ __device__ __forceinline__ void load_kv_stage(uint32_t k_tile, uint32_t v_tile, 
   }
 }
 
-// Measurement switch tail_lean (ATTN_GQA_TAIL=lean): the copies of the prologue's first
-// commit groups, Q's (load_q_tile's) and the warp's first K/V tile's (load_kv_stage's), with
-// their sources, destinations and predicates worked out before the wait for the kernel before
-// (addresses only: they read parameters, never memory that kernel writes), so that after the
-// wait only the cp.async instructions are left. The same copies as load_q_tile and
-// load_kv_stage, so the same bytes land in shared memory. A contiguous cache whose plan of keys
-// is known before the wait only (no key lengths; a paged cache reads its block table).
+// The copies of the prologue's first two commit groups, Q's (load_q_tile's) and the warp's
+// first K/V tile's (load_kv_stage's), with their sources, destinations and predicates worked
+// out before the wait for the kernel before (addresses only: they read parameters, never
+// memory that kernel writes), so that after the wait only the cp.async instructions are left.
+// The same copies as load_q_tile and load_kv_stage, so the same bytes land in shared memory.
+// A contiguous cache whose plan of keys is known before the wait only (no key lengths; a paged
+// cache reads its block table).
 template <typename Cfg, typename Element>
 struct FirstCopies {
   using Smem = typename Cfg::Smem;
@@ -482,8 +481,8 @@ struct FirstCopies {
     }
   }
 
-  // Q's copies, then a commit, then the first K/V tile's (if any), then a commit: the commit
-  // groups of the default prologue's first two.
+  // Q's copies, then a commit, then the first K/V tile's (if any), then a commit: the first
+  // two commit groups of the general prologue (the kernel).
   __device__ __forceinline__ void issue(int lane) const {
 #pragma unroll
     for (int i = 0; i < kQIters; ++i)
@@ -610,9 +609,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   }
   // BEGIN SOLUTION kernel
   // HINT: (Optional: addresses that read only parameters may be worked out here, before the wait.)
-  // Measurement switch tail_lean: the first copies' addresses, before the wait (FirstCopies).
+  // Where the plan of keys is known (a contiguous cache, no key lengths): the first copies'
+  // addresses too, before the wait (FirstCopies).
   constexpr bool kContiguous = std::is_same_v<KvLayout, ContiguousKv>;
-  const bool copies_early = kContiguous && p.tail_lean != 0 && plan_before_wait;
+  const bool copies_early = kContiguous && plan_before_wait;
   FirstCopies<Cfg, Element> first;
   if constexpr (kContiguous) {
     if (copies_early) {
@@ -684,9 +684,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   };
 
   // Prologue: Q (one commit group), then the first kStages - 1 tiles of this warp (one group
-  // each, empty past its last tile, so that the waits below count the same).
+  // each, empty past its last tile, so that the waits below count the same). The first two
+  // groups from addresses worked out before the wait where there are (copies_early), else here:
+  // a paged cache, or key lengths read after the wait.
   if (copies_early) {
-    first.issue(lane);  // the same copies and commit groups, addresses from before the wait
+    first.issue(lane);  // the same copies and commit groups as the branch below
   } else {
     load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
     cp_async_commit();
@@ -834,16 +836,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   cp_async_wait<0>();  // only empty groups can be left; the ring is free
   __syncwarp();
 
-  // ---- merge the warps: each stages its O (relative to its row max) in its own ring ----
+  // ---- merge the warps ----
+  // Only the warps that had key tiles (the first with_tiles) are merged. The others hold O = 0
+  // and row max -inf (weight 0), so the sums below would gain nothing from them (x + 0 * 0 = x;
+  // a sum that starts at +0 is never -0): leaving them out changes no bit. Where warp 0 is the
+  // only one (a split of one tile: the floor's decode of 16 keys), it finishes its rows from
+  // its registers with the merge's arithmetic for one term and no block barrier, and the other
+  // warps go straight to the end; else each merged warp stages its O (relative to its row max)
+  // in its own ring and the block merges them.
   const int g = lane >> 2, t = lane & 3;
-  // Measurement switch tail_lean: only the warps that had key tiles (the first with_tiles) are
-  // merged. The others hold O = 0 and row max -inf (weight 0), so the default's sums gain
-  // nothing from them (x + 0 * 0 = x; a sum that starts at +0 is never -0) and leaving them
-  // out changes no bit. Where warp 0 is the only one (a split of one tile: the floor's decode
-  // of 16 keys), it finishes its rows from its registers with the default's arithmetic for
-  // one term and no block barrier; the other warps go straight to the end.
   const int with_tiles = min(kW, tile_end - tile_begin);
-  if (p.tail_lean != 0 && with_tiles <= 1) {
+  if (with_tiles <= 1) {
     if (warp == 0) {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -852,7 +855,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
         l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 1);
         l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 2);
         const float m_warp = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
-        const float m = fmaxf(-INFINITY, m_warp);  // the default's per-row code, one warp
+        const float m = fmaxf(-INFINITY, m_warp);  // the merge's per-row code, one warp
         const float weight = m_warp == -INFINITY ? 0.f : exp2f(m_warp - m);
         const float l = fmaf(weight, l_warp, 0.f);
         float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
@@ -888,7 +891,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
       }
     }
   } else {
-    const int merged = p.tail_lean != 0 ? with_tiles : kW;  // the default: all kW warps
+    const int merged = with_tiles;  // warps 0 .. merged - 1
     float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
     if (warp < merged) {
 #pragma unroll
