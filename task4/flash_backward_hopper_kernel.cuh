@@ -46,9 +46,13 @@
 // and dO, and the padded rows of lse2 and D hold +inf and 0 (below), so P = dS = 0 there;
 // their dQ rows land in dq_accum's padding. Keys past S_k: K and V are zero-filled, which
 // gives S = 0, not -inf, so the last key tile masks them (P = 0: nothing reaches dQ).
-// Causal grids run longest first: blockIdx.x is the (batch, KV head), blockIdx.y the key tile,
-// and blocks start in x-major order, so every head's key tile 0 (which every query sees)
-// starts before any tile 1 (FlashAttention-3's LPT order, for free).
+// The grid: blockIdx.x is the key tile, blockIdx.y the (batch, KV head). Blocks start in
+// x-major order, so the CTAs resident at once are all the key tiles of a few heads: they read
+// the same Q, dO, lse2 and D rows and add into the same dq_accum rows, which then stay in L2.
+// (The other order, every head's key tile 0 first, had each resident CTA on its own head: ncu
+// on the H100 found DRAM at 69% of its peak, the dq_accum's atomics and the Q/dO re-reads
+// missing L2, and the kernel slower than the mma.sync one: results/logs/h100_s8_bwd_wgmma/.)
+// Causal grids still run longest first within a head: key tile 0 sees every query.
 //
 // Scope (the router, task4/backward.py, sends everything else to the mma.sync kernels): fp16
 // and bf16, head dims 64 and 128 (72..120 on the 128 tile: the TMA zero-fills columns past
@@ -157,7 +161,7 @@ __device__ __forceinline__ void store_gradient(const DkvAcc<Cfg>& acc, float fac
   }
 }
 
-// kEarlyDv: the order of step 4 (above). grid (B * H_kv, ceil(S_k / 128)),
+// kEarlyDv: the order of step 4 (above). grid (ceil(S_k / 128), B * H_kv),
 // BwdTile<kHeadDim>::kThreads threads, BwdSmem<Cfg>::kBytes of dynamic shared memory. map_q /
 // map_do: [B, H_q, S_q, D] with kBlockM-row boxes; map_k / map_v: [B, H_kv, S_k, D] with
 // 128-row boxes (64-column boxes, 128-byte swizzle: hopper_tensor_map.h's make_tensor_map).
@@ -179,9 +183,9 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
   const uint32_t smem = (raw + 1023u) & ~1023u;
   const unsigned char* smem_ptr = smem_raw + (smem - raw);
 
-  const int batch = blockIdx.x / p.kv_heads;
-  const int kv_head = blockIdx.x % p.kv_heads;
-  const int kv_start = blockIdx.y * Cfg::kBlockN;
+  const int batch = blockIdx.y / p.kv_heads;
+  const int kv_head = blockIdx.y % p.kv_heads;
+  const int kv_start = blockIdx.x * Cfg::kBlockN;
   const int tid = threadIdx.x;
   // The warpgroup index, visibly warp-uniform (the forward's v3 does the same).
   const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
@@ -364,8 +368,8 @@ const char* launch_backward_hopper(const mma_bwd::BwdParams& p, const BwdHopperP
   if (configured[early_dv ? 1 : 0] != cudaSuccess) return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
   const int64_t key_tiles = (hp.seq_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const int64_t kv_rows = static_cast<int64_t>(p.batch) * hp.kv_heads;
-  if (key_tiles > 65535) return "S_k needs more than 65535 key tiles of 128 (gridDim.y)";
-  if (kv_rows > INT32_MAX) return "batch * kv_heads exceeds gridDim.x";
+  if (kv_rows > 65535) return "batch * kv_heads exceeds 65535 (gridDim.y); split the batch";
+  if (key_tiles > INT32_MAX) return "S_k needs more key tiles of 128 than gridDim.x holds";
 
   const int64_t heads_rows = static_cast<int64_t>(p.batch) * p.heads;
   const int64_t pre_blocks = (heads_rows * p.seq_q + mma_bwd::kPreprocessWarps - 1) / mma_bwd::kPreprocessWarps;
@@ -378,7 +382,7 @@ const char* launch_backward_hopper(const mma_bwd::BwdParams& p, const BwdHopperP
       hp.seq_q_pad);
   if (cudaPeekAtLastError() != cudaSuccess) return "the preprocess did not launch";
 
-  const dim3 grid(static_cast<unsigned>(kv_rows), static_cast<unsigned>(key_tiles));
+  const dim3 grid(static_cast<unsigned>(key_tiles), static_cast<unsigned>(kv_rows));
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(hp, map_q, map_k, map_v, map_do);
   if (cudaPeekAtLastError() != cudaSuccess) return "flash_backward_hopper_kernel did not launch";
   mma_bwd::launch_dq_convert<Element>(p, stream);
