@@ -14,11 +14,13 @@ inference path, and `loss.backward()` then runs FlashAttention-2's backward:
               over each KV head's query group (GQA).
 
 The wgmma backward (issue 33; task4/flash_backward_hopper_kernel.cuh, in the Hopper extension)
-computes fp16/bf16 gradients on an H100/H200 when ATTN_BWD_LAYOUT=wgmma (read at each backward,
-so that one process can time it beside the mma.sync kernel) and the call is in its scope: dense
-or causal with no other variant (no window, stride, mask tensor, key lengths or softcap; sinks
-and a scale are fine), head_dim a multiple of 8 from 64 to 128, not deterministic. Anything else,
-and every call while ATTN_BWD_LAYOUT is unset, "2d" or "rows", runs the mma.sync backward.
+computes fp16/bf16 gradients on an H100/H200 (the default there: on the H100 it ran 1.1-1.6x
+SDPA's FLASH backward where the mma.sync kernel ran 0.88-0.96x, results/logs/h100_s8_bwd_wgmma/)
+when the call is in its scope: dense or causal with no other variant (no window, stride, mask
+tensor, key lengths or softcap; sinks and a scale are fine), head_dim a multiple of 8 from 64 to
+128, not deterministic. Anything else, other GPUs, and every call while ATTN_BWD_LAYOUT (read at
+each backward, so that one process can time both) is "2d" or "rows", runs the mma.sync backward;
+unset or "wgmma" is the default.
 (ATTN_BWD_WGMMA_DV=early, also read per call, picks its head-dim-128 variant that issues dV
 before waiting for dP^T; task4/flash_backward_hopper.cu.)
 
@@ -86,9 +88,10 @@ def wgmma_backward_in_scope(q, causal, window, stride, mask, key_lengths, softca
 
 
 def _wgmma_backward(q, causal, window, stride, mask, key_lengths, softcap):
-    """The extension to run this gradient on the wgmma backward, or None: ATTN_BWD_LAYOUT=wgmma
-    (read per call), the call in the kernel's scope, and a Hopper GPU with the extension."""
-    if os.environ.get("ATTN_BWD_LAYOUT", "") != "wgmma":
+    """The extension to run this gradient on the wgmma backward, or None: ATTN_BWD_LAYOUT unset
+    or "wgmma" (read per call), the call in the kernel's scope, and a Hopper GPU with the
+    extension."""
+    if os.environ.get("ATTN_BWD_LAYOUT", "") not in ("", "wgmma"):
         return None
     if not wgmma_backward_in_scope(q, causal, window, stride, mask, key_lengths, softcap):
         return None
@@ -115,7 +118,7 @@ def kernel_backward(q, k, v, out, lse, d_out, causal, window, stride, mask, key_
                     left_padding, softcap, scale):
     """(dq, dk, dv) in the dtypes of q, k, v: the tensor-core backward for fp16/bf16 (its
     deterministic dQ pass under torch.use_deterministic_algorithms(True); the wgmma backward
-    under ATTN_BWD_LAYOUT=wgmma where it applies), the fp32 lesson kernel for float32 (and for
+    on a Hopper GPU where it applies), the fp32 lesson kernel for float32 (and for
     anything else, on float32 copies)."""
     dtype = q.dtype
     hopper_ext = _wgmma_backward(q, causal, window, stride, mask, key_lengths, softcap)

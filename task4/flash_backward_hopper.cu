@@ -6,8 +6,9 @@
 // (design)"). This file is the host entry the Hopper extension binds: what the kernel takes
 // (backward_hopper_refusal), the buffers (padded lse2 / D, the zeroed fp32 dq_accum), the tensor
 // maps, and the launches. The instantiations are compiled in flash_backward_hopper_fp16.cu and
-// _bf16.cu, beside this file. task4/backward.py sends a gradient here when ATTN_BWD_LAYOUT=wgmma
-// and the call is in the kernel's scope; everything else runs on the mma.sync backward
+// _bf16.cu, beside this file. task4/backward.py sends a gradient here on a Hopper GPU when the
+// call is in the kernel's scope (the default; ATTN_BWD_LAYOUT=2d or rows picks the mma.sync
+// kernel instead, for A/B runs); everything else runs on the mma.sync backward
 // (flash_backward_mma.cu).
 
 #include <c10/cuda/CUDAException.h>

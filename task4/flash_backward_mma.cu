@@ -101,9 +101,9 @@ torch::Tensor half_rows_ready(const torch::Tensor& t) {
 // (flash_backward_mma_2d.cuh) where the GPU gives a block its shared memory, else the 16-row
 // kernel (flash_backward_mma.cuh). ATTN_BWD_LAYOUT, read on every call (attn::env_choice) so
 // that one process can time both: unset, empty or "2d", that choice; "rows", the 16-row
-// kernel; "wgmma" is task4/backward.py's switch to the Hopper backward
-// (flash_backward_hopper.cu), and a call that reaches this kernel under it is one outside that
-// kernel's scope: the default choice. The deterministic mode has one shape and ignores it.
+// kernel; "wgmma" (like unset) is task4/backward.py's choice of the Hopper backward
+// (flash_backward_hopper.cu) where it applies, and a call that reaches this kernel under it is
+// one outside that kernel's scope (or on another GPU): the default choice. The deterministic mode has one shape and ignores it.
 bool backward_layout_2d(int padded_dim, bool general) {
   if (attn::env_choice("ATTN_BWD_LAYOUT", {"2d", "rows", "wgmma"}, 0) == 1) return false;  // "rows"
   int device = 0, optin = 0;

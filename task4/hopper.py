@@ -10,7 +10,7 @@ only.
     flash_attention_backward_hopper(q, k, v, out, lse, d_out, causal=False, scale=None)
                                                   the backward on wgmma (dense or causal):
                                                   [dq, dk, dv]; task4/backward.py routes to it
-                                                  under ATTN_BWD_LAYOUT=wgmma
+                                                  (the default on Hopper where it applies)
 
 `version` picks a rung of the ladder the kernel file describes: 1 = wgmma with cp.async
 loads, 2 = TMA + mbarrier pipeline, 3 = warp-specialized producer/consumer warpgroups, 4 = 3 with

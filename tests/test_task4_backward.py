@@ -266,10 +266,11 @@ def test_deterministic_algorithms_pick_the_tensor_core_backwards_dq_pass(fake_ex
 
 
 def test_wgmma_switch_routes_in_scope_half_gradients_to_the_hopper_backward(fake_ext, monkeypatch):
-    """ATTN_BWD_LAYOUT=wgmma (read at each backward) sends fp16/bf16 gradients of dense or
-    causal calls with head dims 64..128 to the Hopper extension's flash_attention_backward_hopper
-    (here a stand-in: the CPU has no Hopper GPU); a variant, another head dim, the deterministic
-    mode, or the switch unset / "2d" keep the mma.sync backward."""
+    """ATTN_BWD_LAYOUT unset or "wgmma" (read at each backward) sends fp16/bf16 gradients of
+    dense or causal calls with head dims 64..128 to the Hopper extension's
+    flash_attention_backward_hopper (here a stand-in: the CPU has no Hopper GPU); a variant,
+    another head dim, the deterministic mode, or the switch at "2d" / "rows" keep the mma.sync
+    backward."""
     from task4 import backward
 
     hopper_calls = []
@@ -296,7 +297,8 @@ def test_wgmma_switch_routes_in_scope_half_gradients_to_the_hopper_backward(fake
 
     assert runs_hopper("wgmma", causal=True) and runs_hopper("wgmma", head_dim=128)
     assert runs_hopper("wgmma", head_dim=96, causal=True, scale=0.2)
-    assert not runs_hopper(None, causal=True) and not runs_hopper("2d") and not runs_hopper("rows")
+    assert runs_hopper(None, causal=True) and runs_hopper(None)
+    assert not runs_hopper("2d") and not runs_hopper("rows")
     assert not runs_hopper("wgmma", head_dim=16) and not runs_hopper("wgmma", head_dim=40)
     # (The stand-in takes task 3's variants only: the others' scope is asked directly.)
     q = torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16)
