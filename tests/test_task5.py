@@ -191,3 +191,73 @@ def test_task5_course_protocol():
 def test_task5_decode_kernel_speed():
     checks, _ = task5_test.decode_group()
     assert_checks(checks)
+
+
+# --- the norm folded into the product after it (task5/fused.py, decode_linear_norm.cuh) -------
+
+def _fold_emulated(x, fold, gated):
+    """What decode_linear_norm_kernel computes, in PyTorch: the raw x against the folded weight,
+    the row statistics applied after the product (the kernel's epilogue)."""
+    xd = x.double()
+    mean = xd.mean(-1, keepdim=True)
+    if fold.rms:
+        rstd = (xd.pow(2).mean(-1, keepdim=True) + fold.eps).rsqrt()
+        y = xd @ fold.weight.double().T * rstd
+    else:
+        rstd = (xd.var(-1, unbiased=False, keepdim=True) + fold.eps).rsqrt()
+        y = (xd @ fold.weight.double().T - mean * fold.colsum.double()) * rstd
+    if fold.shift is not None:
+        y = y + fold.shift.double()
+    if gated:
+        gate, up = y.chunk(2, dim=-1)
+        y = torch.nn.functional.silu(gate) * up
+    return y
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("affine", [False, True])
+def test_norm_fold_algebra_matches_norm_then_product(rms, gated, affine):
+    """fold_norm's weight, colsum and shift, used as the kernel's epilogue uses them, give the
+    norm then the product (float64, CPU)."""
+    from task5 import fused
+
+    gen = torch.Generator().manual_seed(3)
+    rows, k, n = 4, 96, 40
+    x = torch.randn(rows, k, generator=gen, dtype=torch.float64) * 2 + 0.5
+    w = torch.randn(n, k, generator=gen, dtype=torch.float64) / k ** 0.5
+    b = torch.randn(n, generator=gen, dtype=torch.float64)
+    nw = (torch.randn(k, generator=gen, dtype=torch.float64) * 0.5 + 1) if affine else torch.ones(k, dtype=torch.float64)
+    nb = None if rms else (torch.randn(k, generator=gen, dtype=torch.float64) if affine
+                           else torch.zeros(k, dtype=torch.float64))
+    fold = fused.fold_norm(w, b, nw, nb, 1e-5, rms)
+    assert (fold.weight is w) == (not affine)        # no copy while gamma is all ones
+    assert (fold.colsum is None) == rms
+    want = fused.torch_linear_norm(x, w, b, None, nw, nb, 1e-5, rms, gated)
+    # colsum and shift are fp32 (as the kernel reads them): agreement to fp32 rounding.
+    torch.testing.assert_close(_fold_emulated(x, fold, gated), want, rtol=1e-5, atol=1e-5)
+
+
+def test_norm_fold_entries_on_cpu_run_the_twin_and_check_their_input():
+    from task5 import attention, fused
+
+    gen = torch.Generator().manual_seed(4)
+    x, w = torch.randn(3, 64, generator=gen), torch.randn(32, 64, generator=gen)
+    b, r = torch.randn(32, generator=gen), torch.randn(3, 32, generator=gen)
+    nw, nb = torch.randn(64, generator=gen), torch.randn(64, generator=gen)
+    want = fused.torch_linear_norm(x, w, b, r, nw, nb, 1e-5, False)
+    fold = fused.fold_norm(w, b, nw, nb, 1e-5, False)
+    assert torch.equal(attention.decode_linear(x, w, b, r, norm=(nw, nb, 1e-5, False)), want)
+    assert torch.equal(attention.decode_linear(x, w, b, r, norm=fold), want)
+    gated_want = fused.torch_linear_norm(x, w, b, None, nw, None, 1e-5, True, gated=True)
+    assert torch.equal(fused.decode_swiglu(x, w, b, norm=(nw, None, 1e-5, True)), gated_want)
+    with pytest.raises(ValueError, match="another"):
+        fused.decode_linear_norm(x, w.clone(), b, None, fold)
+    with pytest.raises(TypeError, match="FoldedNorm"):
+        fused.decode_linear_norm(x, w, b, None, "layernorm")
+    with pytest.raises(ValueError, match="RMSNorm has no bias"):
+        fused.decode_linear_norm(x, w, b, None, (nw, nb, 1e-5, True))
+    # A fold describes its tensors as they were: an in-place change makes it stale.
+    assert fold.fresh(w, b, nw, nb, 1e-5, False)
+    nw.mul_(2)
+    assert not fold.fresh(w, b, nw, nb, 1e-5, False)
