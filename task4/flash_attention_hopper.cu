@@ -187,26 +187,6 @@ int variant_tiling_from_env() {
   return kTilings[attn::env_choice("ATTN_HOPPER_VARIANT_ALIGN", {"0", "1", "2"}, 1)];
 }
 
-// The general v5's key loop at head_dim 128 (Params::old_general_loop): ATTN_HOPPER_GENERAL_LOOP,
-// read on every call (attn::env_choice) so that one process can time both: unset, empty or
-// "split", the loop split into cut and wholly visible tiles (Tile::kLeanGeneral); "old", the
-// one loop that decides every tile's mask, as before the split.
-bool old_general_loop_from_env() {
-  return attn::env_choice("ATTN_HOPPER_GENERAL_LOOP", {"split", "old"}, 0) == 1;
-}
-
-// The general v5's cut key tiles at head_dim 128 (Params::two_sided_edges): ATTN_HOPPER_EDGE_MASK,
-// read on every call (a getenv is cheap) so that one process can time both: unset, empty or
-// "one_sided", each cut loop compares with the end of the rows' interval that cuts its tiles
-// (Tile::kEdgeMasks); "two_sided", every cut tile with both ends, as before.
-bool two_sided_edges_from_env() {
-  const char* env = std::getenv("ATTN_HOPPER_EDGE_MASK");
-  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "one_sided") == 0) return false;
-  TORCH_CHECK_VALUE(std::strcmp(env, "two_sided") == 0, attn::str("ATTN_HOPPER_EDGE_MASK must be "
-                    "\"one_sided\" or \"two_sided\" (or unset) but is \"", env, "\"."));
-  return true;
-}
-
 // Query-tile CTAs per (batch, head): ceil(S_q / block_m), or in the aligned tiling of a variant
 // (cta_work_at) its work tiles plus the CTAs of the rows before them that see no key. With key
 // lengths (on the device: the host does not wait for them) that is at most one more CTA, which
@@ -369,8 +349,6 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                     attn::str("head_dim 256 runs versions 2 and 5 of the Hopper kernel, not ", version, "."));
   mma_attn::set_lse(p, lse, q);
   p.variant_tiling = variant_tiling_from_env();
-  p.old_general_loop = general && old_general_loop_from_env();
-  p.two_sided_edges = general && two_sided_edges_from_env();
 
   // BEGIN SOLUTION
   // HINT: Optional extension (beyond the graded course): pick the instantiation for q's dtype and

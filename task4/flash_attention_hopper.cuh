@@ -205,13 +205,6 @@ struct Params : mma_attn::Params {
   // How the general instantiation tiles a variant (VariantTiling, below); the host reads it from
   // ATTN_HOPPER_VARIANT_ALIGN on every call, so that one process can time the tilings side by side.
   int variant_tiling = 1;
-  // The general v5 at head_dim 128 without softcap in its old key loop (Tile::kLeanGeneral
-  // false), for A/B runs: the host sets it from ATTN_HOPPER_GENERAL_LOOP on every call.
-  bool old_general_loop = false;
-  // The general v5 at head_dim 128 without softcap with its split loop's cut tiles on the
-  // two-sided mask (Tile::kEdgeMasks false), for A/B runs: the host sets it from
-  // ATTN_HOPPER_EDGE_MASK on every call.
-  bool two_sided_edges = false;
 };
 
 // How the general instantiation places its tiles on a variant (Params::variant_tiling).
@@ -289,12 +282,7 @@ __host__ __device__ inline QueryTiling aligned_query_tiling(int seq_q, int key_b
 // kBlockN_: keys per tile, 0 = the head_dim's own (128; 64 at 256). Head_dim 256 also has an
 // 80-key tile (FlashAttention-3's), for dense attention on v4 (the default at 256) and v5
 // (ATTN_HOPPER_D256_TILE=80; flash_attention_hopper.cu, d256_tile80_schedule).
-// kLeanGeneral_ (Tile::kLeanGeneral): false keeps the general v5 as it was before its key loop
-// was split, for A/B runs in one process (head_dim 128 without softcap only: dispatch_general,
-// Params::old_general_loop). kEdgeMasks_ (Tile::kEdgeMasks): false keeps the split loop's cut
-// tiles on the two-sided mask, likewise (Params::two_sided_edges).
-template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0,
-          bool kLeanGeneral_ = true, bool kEdgeMasks_ = true>
+template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kVersion = kVersion_;
@@ -327,18 +315,20 @@ struct Tile {
   // interval cuts and the tiles every row sees whole in loops of their own, as FlashAttention-3
   // does: a wholly visible tile then pays no per-tile test (needs_mask, the summary's kind, the
   // next visited tile), which it did on every tile of a variant that needs none of them; and a
-  // cut tile whose rows' first keys lie before it compares each score once (apply_mask).
-  // kLeanGeneral false is the kernel before that, kept for A/B runs (the template's note).
-  static constexpr bool kLeanGeneral = kLeanGeneral_;
-  static constexpr bool kSplitKeyLoop = kGeneral && kIntraOverlap && kLeanGeneral;
+  // cut tile whose rows' first keys lie before it compares each score once (apply_mask). (The
+  // loop before the split was kept for an A/B run, ATTN_HOPPER_GENERAL_LOOP=old, until the H100
+  // measured the split faster: results/logs/h100_gen_lean_ab.log.)
+  static constexpr bool kSplitKeyLoop = kGeneral && kIntraOverlap;
   // The split loop's cut tiles compare each score with the one end of its row's visible keys
   // that can cut the tile (mask_edges): the tiles at the top only with the upper end (the causal
   // diagonal, a symmetric window's upper edge, the sequence end), those at the bottom only with
   // the lower end (a window's lower edge, left padding's first key), and only the tiles both
   // ends may cut (a window narrower than about two tiles) with both; each thread's row bounds
-  // computed once per CTA (RowEdges). kEdgeMasks_ false is the split loop before that, every cut
-  // tile rebuilding the predicate and comparing with both ends (apply_mask), for A/B runs.
-  static constexpr bool kEdgeMasks = kSplitKeyLoop && kEdgeMasks_;
+  // computed once per CTA (RowEdges). (The split loop before that, every cut tile rebuilding the
+  // predicate and comparing with both ends, was kept for an A/B run, ATTN_HOPPER_EDGE_MASK=
+  // two_sided, until the H100 measured the one-sided masks never slower:
+  // results/logs/h100_s8_win_edge/win_edge_ab.log.)
+  static constexpr bool kEdgeMasks = kSplitKeyLoop;
   // Warpgroups that compute: 1, then 2; v6 (head_dim 64 only) 3, each at 160 registers.
   static constexpr int kConsumers = kVersion == 6 ? 3 : kWarpSpecialized ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
@@ -392,8 +382,6 @@ struct Tile {
   static_assert(kVersion != 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
   static_assert(!kPersistent || !kGeneral, "v7 runs dense attention");
   static_assert(!kSoftcap || (kGeneral && kVersion == 5), "the softcap runs on the general v5");
-  static_assert(kLeanGeneral || (kGeneral && kVersion == 5), "the old key loop is kept for the general v5");
-  static_assert(kEdgeMasks_ || kSplitKeyLoop, "the two-sided edges are kept for the split key loop");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles stay 1024-byte aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H100 CTA's shared memory");
 };
@@ -1071,7 +1059,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
       // key = col0 + 8c + e compared instead, the SASS also computed each of the thread's 32 keys
       // with an add of its own, on every masked tile.)
       const int lo = keys.x - col0, hi = keys.y - col0;
-      if constexpr (kMaskKind == attn::kNoMask && Cfg::kLeanGeneral) {
+      if constexpr (kMaskKind == attn::kNoMask) {
         // A row whose first visible key is at or before this thread's first column (every
         // row of a causal diagonal tile without a window's lower edge in it): only the upper
         // end cuts, one comparison per element as the dense kernels have. The same elements
@@ -1847,14 +1835,11 @@ __device__ __forceinline__ uint32_t ring_parity(int t) { return static_cast<uint
 // What the overlapped loop does to one key tile's scores before its softmax:
 //   kAnyTile      decides per tile (the mask where CtaWork::needs_mask says, a mask tensor's
 //                 elements where the summary calls the tile partial): the loop with a summary,
-//                 and Tile::kLeanGeneral false (the loop before the split, for A/B runs);
-//   kCutTile      the interval cuts the tile: the per-element predicate, no test (Tile::kEdgeMasks
-//                 false: both ends of each row's interval);
+//                 and the dense kernels;
 //   kVisibleTile  every row sees the whole tile: nothing but the softcap;
 //   kUpperCutTile, kLowerCutTile, kBothCutTile  (Tile::kEdgeMasks) the interval cuts the tile
 //                 at the top, at the bottom, or both: mask_edges with those ends, no test.
-enum TilePath : int { kAnyTile = 0, kCutTile = 1, kVisibleTile = 2, kUpperCutTile = 3, kLowerCutTile = 4,
-                      kBothCutTile = 5 };
+enum TilePath : int { kAnyTile = 0, kVisibleTile = 2, kUpperCutTile = 3, kLowerCutTile = 4, kBothCutTile = 5 };
 
 // The consumer's state that goes from one key tile to the next in the overlapped loop.
 template <typename Cfg>
@@ -1903,7 +1888,6 @@ __device__ __forceinline__ void overlapped_tile(const Params& p, const CtaWork& 
       prepare_scores<Cfg>(c.s, p, w, mask, n_block, kind, row0, col_in_tile);
     } else {
       softcap_scores<Cfg>(c.s, p);
-      if constexpr (kPath == kCutTile) mask_scores<Cfg>(c.s, p, w, mask, n_block, kTileVisible, row0, col_in_tile);
       if constexpr (kPath == kUpperCutTile) mask_edges<Cfg, kUpperEdge>(c.s, edges, n_block);
       if constexpr (kPath == kLowerCutTile) mask_edges<Cfg, kLowerEdge>(c.s, edges, n_block);
       if constexpr (kPath == kBothCutTile) mask_edges<Cfg, kBothEdges>(c.s, edges, n_block);
@@ -1929,8 +1913,8 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1 (overlapped_tile):
   // HINT: wait K[j] and V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask +
   // HINT: softmax_update, wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]; without a mask tensor
-  // HINT: the cut tiles and the wholly visible ones in loops of their own (kCutTile, kVisibleTile;
-  // HINT: with Tile::kEdgeMasks each cut loop on the ends that cut its tiles, row_edges, mask_edges).
+  // HINT: the cut tiles and the wholly visible ones in loops of their own (kVisibleTile, and each
+  // HINT: cut loop on the ends that cut its tiles: kUpperCutTile etc., row_edges, mask_edges).
   // HINT: Last: O += P V of the last tile.
   // HINT: Tile j uses stage (j0 + j) % kStages, parity ((j0 + j) / kStages) & 1; set `visited`
   // HINT: and release q_empty (when not 0) once the last S is in, and when no tile is visited.
@@ -1979,30 +1963,24 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     // edge or left padding's first key): three loops, in the order the tiles come, the middle
     // one over the tiles every row sees whole. A tile is cut where CtaWork::needs_mask says
     // (n >= unmasked_end or n < unmasked_begin), so the middle is empty when unmasked_end <=
-    // unmasked_begin. The same operations on every tile as kAnyTile's.
-    // With Tile::kEdgeMasks the tiles at the top are cut by the upper ends alone (n >=
-    // unmasked_begin), and those at the bottom by the lower ends alone where n < unmasked_end;
-    // the bottom tiles in [unmasked_end, unmasked_begin) (the middle is empty then) by both
-    // (mask_edges' note).
-    constexpr int kTopPath = Cfg::kEdgeMasks ? kUpperCutTile : kCutTile;
-    constexpr int kBottomPath = Cfg::kEdgeMasks ? kLowerCutTile : kCutTile;
+    // unmasked_begin. The tiles at the top are cut by the upper ends alone (n >= unmasked_begin),
+    // and those at the bottom by the lower ends alone where n < unmasked_end; the bottom tiles in
+    // [unmasked_end, unmasked_begin) (the middle is empty then) by both (mask_edges' note).
     const int cut_above = max(max(w.unmasked_end, w.unmasked_begin), w.n_first);
     const int visible_from = max(w.unmasked_begin, w.n_first);
     int n = next;
     for (; n >= cut_above; --n, ++j)
-      overlapped_tile<Element, Cfg, kTopPath>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
-                                              consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
+      overlapped_tile<Element, Cfg, kUpperCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                   consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
     for (; n >= visible_from; --n, ++j)
       overlapped_tile<Element, Cfg, kVisibleTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
                                                   consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
-    if constexpr (Cfg::kEdgeMasks) {
-      for (const int cut_both_from = max(w.unmasked_end, w.n_first); n >= cut_both_from; --n, ++j)
-        overlapped_tile<Element, Cfg, kBothCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
-                                                    consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
-    }
+    for (const int cut_both_from = max(w.unmasked_end, w.n_first); n >= cut_both_from; --n, ++j)
+      overlapped_tile<Element, Cfg, kBothCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                  consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
     for (; n >= w.n_first; --n, ++j)
-      overlapped_tile<Element, Cfg, kBottomPath>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
-                                                 consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
+      overlapped_tile<Element, Cfg, kLowerCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                   consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
   } else {
     for (; next >= w.n_first; ++j) {
       n_block = next;
@@ -2042,9 +2020,7 @@ __device__ __forceinline__ void attention_v3(const Params& p, const CtaWork& wor
   // The warpgroup index, made visibly warp-uniform (a shuffle from lane 0) so the compiler
   // keeps the role branch uniform.
   const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
-  // The kernel's CtaWork (`work`); the old general loop's A/B instantiation computes it again,
-  // as the kernel did before (Tile::kLeanGeneral).
-  const CtaWork w = Cfg::kLeanGeneral ? work : cta_work<Cfg>(p);
+  const CtaWork w = work;  // the kernel's
   const SmemTiles<Cfg> smem(smem_raw);
 
   if (tid == 0) {
@@ -2389,12 +2365,6 @@ Launcher dispatch_general(const Params& p, int64_t version) {
   // (Head_dim 256 has the general v5 alone: a general v2 call runs as v5 there.)
   if constexpr (kHeadDim != 256) {
     if (version == 2 && p.mask.mask == nullptr) return launcher<Element, Tile<kHeadDim, 2, true>>();
-  }
-  // (Its old key loop, and its split loop with the two-sided mask on every cut tile, kept for A/B
-  // runs at head_dim 128 alone: two more kernels per element type.)
-  if constexpr (kHeadDim == 128) {
-    if (p.old_general_loop) return launcher<Element, Tile<kHeadDim, 5, true, false, 0, false>>();
-    if (p.two_sided_edges) return launcher<Element, Tile<kHeadDim, 5, true, false, 0, true, false>>();
   }
   return launcher<Element, Tile<kHeadDim, 5, true>>();
 }
