@@ -187,6 +187,23 @@ int variant_tiling_from_env() {
   return kTilings[attn::env_choice("ATTN_HOPPER_VARIANT_ALIGN", {"0", "1", "2"}, 1)];
 }
 
+// Which kernel runs a general call of version 5, 6 or 7 (Params::general_version):
+// ATTN_HOPPER_GENERAL_VERSION, read on every call (attn::env_choice) so that one process can time
+// both: unset, empty or "5", the general v5; "7", the general v7 (persistent, its work tiles
+// ordered on the device: hopper_attn::VariantSchedule) where it takes the call: head_dim 64, 96
+// or 128, no mask tensor, no softcap, the aligned tiling (ATTN_HOPPER_VARIANT_ALIGN unset or 1),
+// at most hopper_attn::kMaxScheduledBatches batches and work tiles counted in 32 bits; the
+// general v5 elsewhere.
+int general_version_for(const hopper_attn::Params& p, int64_t version, int64_t batches, int64_t head_dim) {
+  if (attn::env_choice("ATTN_HOPPER_GENERAL_VERSION", {"5", "7"}, 0) == 0) return 5;
+  // (Work tiles per (batch, head): at most ceil(S_q / 128) + 1, the aligned tiling's spare.)
+  const int64_t tiles_bound = (attn::ceil_div(p.seq_q, 64) + 2) * p.batch_heads;
+  const bool takes = version != 2 && head_dim != 256 && p.mask.mask == nullptr && !(p.mask.softcap > 0.0) &&
+                     p.variant_tiling == hopper_attn::kTilingAligned &&
+                     batches <= hopper_attn::kMaxScheduledBatches && tiles_bound < INT_MAX;
+  return takes ? 7 : 5;
+}
+
 // Query-tile CTAs per (batch, head): ceil(S_q / block_m), or in the aligned tiling of a variant
 // (cta_work_at) its work tiles plus the CTAs of the rows before them that see no key. With key
 // lengths (on the device: the host does not wait for them) that is at most one more CTA, which
@@ -349,6 +366,7 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                     attn::str("head_dim 256 runs versions 2 and 5 of the Hopper kernel, not ", version, "."));
   mma_attn::set_lse(p, lse, q);
   p.variant_tiling = variant_tiling_from_env();
+  if (general) p.general_version = general_version_for(p, version, q.size(0), q.size(3));
 
   // BEGIN SOLUTION
   // HINT: Optional extension (beyond the graded course): pick the instantiation for q's dtype and

@@ -31,10 +31,11 @@ SOURCES = [REPO_ROOT / "task4" / name for name in (
 # 2 dtypes x (head_dim 64: v1-v7, 128: v1-v5 and v7) dense, + 2 dtypes x 2 head dims x (v2, v5)
 # with the general predicate (windows, lengths, sinks), + 2 dtypes x 2 head dims v5 with the
 # softcap, + head_dim 256's own tile: 2 dtypes x (v2, v5 dense, v5 general, v5 softcap), + its
-# 80-key tile (ATTN_HOPPER_D256_TILE): 2 dtypes x (v4, v5) dense. Head_dim 96 runs on the 128
+# 80-key tile (ATTN_HOPPER_D256_TILE): 2 dtypes x (v4, v5) dense, + the general v7
+# (ATTN_HOPPER_GENERAL_VERSION=7): 2 dtypes x 2 head dims. Head_dim 96 runs on the 128
 # instantiations. (The general v5's A/B kernels at head_dim 128, ATTN_HOPPER_GENERAL_LOOP=old and
 # ATTN_HOPPER_EDGE_MASK=two_sided, 2 dtypes each, were removed once the H100 had measured them.)
-EXPECTED_KERNELS = 26 + 8 + 4 + 8 + 4
+EXPECTED_KERNELS = 26 + 8 + 4 + 8 + 4 + 4
 
 
 def _need_nvcc() -> str:
@@ -702,3 +703,56 @@ def test_general_split_loop_matches_float64(dtype, monkeypatch):
             hopper.flash_attention_hopper(q, k, v, variant.causal, 5, None, lse, **call)
             checks.append(_lse_check(name, lse, q, k, v, variant))
     assert_checks(checks)
+
+
+# The general v7 (flash_attention_hopper.cuh, Tile::kVariantSchedule; ATTN_HOPPER_GENERAL_VERSION=7,
+# read per call by the host entry): the persistent kernel on the aligned tiling's work tiles,
+# ordered on the device from the key lengths, its zero-only rows written by the producer
+# warpgroup's idle warps. Against float64 by FlashAttention-2's criterion (output and lse), and
+# bit for bit equal to the general v5 (the same tiles, the same key loop): the split loop's cases,
+# the aligned tiling's, and batches with more work tiles than an H100 has SMs. A mask tensor,
+# the softcap and head_dim 256 run the general v5 under "7"; an unknown value raises.
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_general_v7_matches_float64_and_v5(dtype, monkeypatch):
+    hopper = _hopper_or_skip()
+    from common.checks import Check, assert_checks
+    from common.variants import Variant, check_variant
+
+    def bits(t):
+        return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
+
+    def lens(*xs):
+        return torch.tensor(xs, dtype=torch.int32, device="cuda")
+    cases = [c for c in _general_loop_cases() + _aligned_tiling_cases() if c[5] != 256] + [
+        (8, 16, 4, 1100, 1100, 128, dict(causal=True, key_lengths=lens(1100, 1000, 900, 700, 513, 300, 129, 0),
+                                           left_padding=True)),
+        (8, 16, 4, 1100, 1100, 64, dict(causal=True, key_lengths=lens(1100, 1000, 900, 700, 513, 300, 129, 0))),
+        (1, 2, 2, 500, 500, 128, dict(causal=True, softcap=30.0, window=70)),  # the general v5 in both
+    ]
+    checks = []
+    for b, hq, hkv, sq, sk, d, kwargs in cases:
+        q, k, v, _ = _inputs(b, hq, hkv, sq, sk, d, dtype)
+        variant = Variant(**kwargs)
+        call = {n: value for n, value in variant.kwargs().items() if n != "causal"}
+        results = {}
+        for general in ("7", "5"):
+            monkeypatch.setenv("ATTN_HOPPER_GENERAL_VERSION", general)
+            name = f"general v{general} {(b, hq, hkv, sq, sk, d)} {variant.describe()}"
+            if general == "7":
+                checks.append(check_variant(
+                    name, lambda out, q=q, k=k, v=v, causal=variant.causal, call=call:
+                    hopper.flash_attention_hopper(q, k, v, causal, 5, out, **call), q, k, v, variant))
+            lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+            out = hopper.flash_attention_hopper(q, k, v, variant.causal, 5, None, lse, **call)
+            if general == "7":
+                checks.append(_lse_check(name, lse, q, k, v, variant))
+            results[general] = (out, lse)
+        same = all(torch.equal(bits(a), bits(b_)) for a, b_ in zip(results["7"], results["5"]))
+        checks.append(Check(f"general v7 == v5 bit for bit: {(b, hq, hkv, sq, sk, d)} {variant.describe()}",
+                            same, "output and lse"))
+    assert_checks(checks)
+    monkeypatch.setenv("ATTN_HOPPER_GENERAL_VERSION", "6")
+    q, k, v, _ = _inputs(1, 2, 2, 64, 64, 128, dtype)
+    with pytest.raises(ValueError, match="ATTN_HOPPER_GENERAL_VERSION"):
+        hopper.flash_attention_hopper(q, k, v, True, 5, key_lengths=lens(50))
