@@ -140,24 +140,21 @@ int variant_tiling_from_env() {
   return kTilings[attn::env_choice("ATTN_HOPPER_VARIANT_ALIGN", {"0", "1", "2"}, 1)];
 }
 
-// The general v5's key loop at head_dim 128 (Params::old_general_loop): ATTN_HOPPER_GENERAL_LOOP,
-// read on every call (attn::env_choice) so that one process can time both: unset, empty or
-// "split", the loop split into cut and wholly visible tiles (Tile::kLeanGeneral); "old", the
-// one loop that decides every tile's mask, as before the split.
-bool old_general_loop_from_env() {
-  return attn::env_choice("ATTN_HOPPER_GENERAL_LOOP", {"split", "old"}, 0) == 1;
-}
-
-// The general v5's cut key tiles at head_dim 128 (Params::two_sided_edges): ATTN_HOPPER_EDGE_MASK,
-// read on every call (a getenv is cheap) so that one process can time both: unset, empty or
-// "one_sided", each cut loop compares with the end of the rows' interval that cuts its tiles
-// (Tile::kEdgeMasks); "two_sided", every cut tile with both ends, as before.
-bool two_sided_edges_from_env() {
-  const char* env = std::getenv("ATTN_HOPPER_EDGE_MASK");
-  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "one_sided") == 0) return false;
-  TORCH_CHECK_VALUE(std::strcmp(env, "two_sided") == 0, attn::str("ATTN_HOPPER_EDGE_MASK must be "
-                    "\"one_sided\" or \"two_sided\" (or unset) but is \"", env, "\"."));
-  return true;
+// Which kernel runs a general call of version 5, 6 or 7 (Params::general_version):
+// ATTN_HOPPER_GENERAL_VERSION, read on every call (attn::env_choice) so that one process can time
+// both: unset, empty or "5", the general v5; "7", the general v7 (persistent, its work tiles
+// ordered on the device: hopper_attn::VariantSchedule) where it takes the call: head_dim 64, 96
+// or 128, no mask tensor, no softcap, the aligned tiling (ATTN_HOPPER_VARIANT_ALIGN unset or 1),
+// at most hopper_attn::kMaxScheduledBatches batches and work tiles counted in 32 bits; the
+// general v5 elsewhere.
+int general_version_for(const hopper_attn::Params& p, int64_t version, int64_t batches, int64_t head_dim) {
+  if (attn::env_choice("ATTN_HOPPER_GENERAL_VERSION", {"5", "7"}, 0) == 0) return 5;
+  // (Work tiles per (batch, head): at most ceil(S_q / 128) + 1, the aligned tiling's spare.)
+  const int64_t tiles_bound = (attn::ceil_div(p.seq_q, 64) + 2) * p.batch_heads;
+  const bool takes = version != 2 && head_dim != 256 && p.mask.mask == nullptr && !(p.mask.softcap > 0.0) &&
+                     p.variant_tiling == hopper_attn::kTilingAligned &&
+                     batches <= hopper_attn::kMaxScheduledBatches && tiles_bound < INT_MAX;
+  return takes ? 7 : 5;
 }
 
 // Query-tile CTAs per (batch, head): ceil(S_q / block_m), or in the aligned tiling of a variant
@@ -322,8 +319,7 @@ torch::Tensor flash_attention_hopper(torch::Tensor q, torch::Tensor k, torch::Te
                     attn::str("head_dim 256 runs versions 2 and 5 of the Hopper kernel, not ", version, "."));
   mma_attn::set_lse(p, lse, q);
   p.variant_tiling = variant_tiling_from_env();
-  p.old_general_loop = general && old_general_loop_from_env();
-  p.two_sided_edges = general && two_sided_edges_from_env();
+  if (general) p.general_version = general_version_for(p, version, q.size(0), q.size(3));
 
   // BEGIN SOLUTION
   // HINT: Optional extension (beyond the graded course): pick the instantiation for q's dtype and

@@ -101,8 +101,13 @@
 //       mbarrier) and its K/V as stages free up, during this tile's last P V and epilogue;
 //       O is staged in a buffer of its own. A CTA of v1-v6 spends its start and its end with
 //       the tensor cores idle, which at S 1024 (8 key tiles) is a large part of its life.
-//       Dense attention only (a variant runs as v5). Which rung flash_attention runs per
-//       dtype, head_dim, mask and length is measured (task4/hopper_routing.json).
+//       Which rung flash_attention runs per dtype, head_dim, mask and length is measured
+//       (task4/hopper_routing.json). A variant asked of v7 runs as the general v5, unless
+//       ATTN_HOPPER_GENERAL_VERSION=7 (an A/B switch, read per call): then key lengths, windows
+//       and sinks at head_dim 64/96/128 run the general v7 (Tile::kVariantSchedule), whose
+//       work tiles are the aligned tiling's computing ones in an order the CTAs compute on the
+//       device from the key lengths (longest batch first), and whose zero-only rows the
+//       producer warpgroup's idle warps write (VariantSchedule).
 //
 // What this kernel takes (hopper_supports; everything else runs on the mma.sync kernel):
 // fp16/bf16, head_dim 64, 96 (on the 128 tile), 128 or 256 (versions 2 and 5), causal
@@ -205,13 +210,10 @@ struct Params : mma_attn::Params {
   // How the general instantiation tiles a variant (VariantTiling, below); the host reads it from
   // ATTN_HOPPER_VARIANT_ALIGN on every call, so that one process can time the tilings side by side.
   int variant_tiling = 1;
-  // The general v5 at head_dim 128 without softcap in its old key loop (Tile::kLeanGeneral
-  // false), for A/B runs: the host sets it from ATTN_HOPPER_GENERAL_LOOP on every call.
-  bool old_general_loop = false;
-  // The general v5 at head_dim 128 without softcap with its split loop's cut tiles on the
-  // two-sided mask (Tile::kEdgeMasks false), for A/B runs: the host sets it from
-  // ATTN_HOPPER_EDGE_MASK on every call.
-  bool two_sided_edges = false;
+  // Which persistent-or-not kernel runs a general call of version 5, 6 or 7: 5 (the general v5,
+  // the default) or 7 (the general v7, Tile::kVariantSchedule): the host sets it from
+  // ATTN_HOPPER_GENERAL_VERSION on every call, where the general v7 takes the call.
+  int general_version = 5;
 };
 
 // How the general instantiation places its tiles on a variant (Params::variant_tiling).
@@ -282,6 +284,35 @@ __host__ __device__ inline QueryTiling aligned_query_tiling(int seq_q, int key_b
   return t;
 }
 
+// The general v7's order of work tiles (Tile::kVariantSchedule), computed at each CTA's start
+// from the key lengths (which only the device has) into shared memory, by build_variant_schedule:
+//   * the computing tiles of the aligned tiling (QueryTiling::work_tiles per head of each batch)
+//     are numbered batch by batch, the batches in longest-first order (their heaviest work
+//     tile's keys, ties by index: FlashAttention-3's LPT order for varlen, which sorts the
+//     batches by work), so the tiles handed out last (the atomic counter's) are the lightest;
+//   * inside a batch, heads in sections whose K/V fit in a share of L2 (kL2Bytes), and in a
+//     section the query tiles last (heaviest under causal) to first, the section's heads
+//     innermost (FlashAttention-3's L2 swizzle): the CTAs at work at one time read few heads'
+//     K/V, which stay in L2;
+//   * the zero-only rows (rows [0, zero_rows) of each batch, kBlockM rows of one head per chunk)
+//     numbered batch by batch, written by the producer warpgroup's three idle warps of CTA
+//     z % gridDim.x with 16-byte stores (write_zero_rows), overlapped with the work tiles.
+// At most kMaxScheduledBatches batches (the host runs the general v5 beyond).
+constexpr int kMaxScheduledBatches = 256;
+constexpr int64_t kL2Bytes = 32ll << 20;  // FlashAttention-3's L2 share for a section's K/V
+struct VariantSchedule {
+  int batches;                                // B
+  int tile_prefix[kMaxScheduledBatches + 1];  // work tiles numbered before the rank-r batch
+  int order[kMaxScheduledBatches];            // the batch of rank r (longest first)
+  int zero_prefix[kMaxScheduledBatches + 1];  // zero chunks numbered before batch b
+  int work_tiles[kMaxScheduledBatches];       // batch b's work tiles per head
+  int tiling_base[kMaxScheduledBatches];      // batch b's QueryTiling::base
+  int zero_rows[kMaxScheduledBatches];        // batch b's rows [0, zero_rows) see no key
+  int section_heads[kMaxScheduledBatches];    // batch b's heads per L2 section
+  int sort_key[kMaxScheduledBatches];         // batch b's heaviest work tile's keys (the build's)
+};
+constexpr int kVariantScheduleBytes = static_cast<int>((sizeof(VariantSchedule) + 15) / 16 * 16);
+
 // ---------------------------------------------------------------------------------------
 // Tile configuration
 // ---------------------------------------------------------------------------------------
@@ -289,12 +320,7 @@ __host__ __device__ inline QueryTiling aligned_query_tiling(int seq_q, int key_b
 // kBlockN_: keys per tile, 0 = the head_dim's own (128; 64 at 256). Head_dim 256 also has an
 // 80-key tile (FlashAttention-3's), for dense attention on v4 (the default at 256) and v5
 // (ATTN_HOPPER_D256_TILE=80; flash_attention_hopper.cu, d256_tile80_schedule).
-// kLeanGeneral_ (Tile::kLeanGeneral): false keeps the general v5 as it was before its key loop
-// was split, for A/B runs in one process (head_dim 128 without softcap only: dispatch_general,
-// Params::old_general_loop). kEdgeMasks_ (Tile::kEdgeMasks): false keeps the split loop's cut
-// tiles on the two-sided mask, likewise (Params::two_sided_edges).
-template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0,
-          bool kLeanGeneral_ = true, bool kEdgeMasks_ = true>
+template <int kHeadDim_, int kVersion_, bool kGeneral_ = false, bool kSoftcap_ = false, int kBlockN_ = 0>
 struct Tile {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kVersion = kVersion_;
@@ -323,22 +349,29 @@ struct Tile {
   // v7: v5's CTA resident for good, walking work tiles (query tile, head) in turn, with O
   // staged in its own buffer so the next tile's Q and K/V load during this one's epilogue.
   static constexpr bool kPersistent = kVersion == 7;
+  // The general v7 (key lengths, windows, sinks; no mask tensor, no softcap: those run v5): its
+  // work tiles are the aligned tiling's computing ones, in an order computed on the device from
+  // the key lengths (VariantSchedule, kept in shared memory), and the query rows that see no key
+  // are written as zeros by the producer warpgroup's idle warps, never taking a work tile's turn.
+  static constexpr bool kVariantSchedule = kPersistent && kGeneral;
   // The general v5's key loop without a mask tensor (consume_overlapped) runs the tiles the
   // interval cuts and the tiles every row sees whole in loops of their own, as FlashAttention-3
   // does: a wholly visible tile then pays no per-tile test (needs_mask, the summary's kind, the
   // next visited tile), which it did on every tile of a variant that needs none of them; and a
-  // cut tile whose rows' first keys lie before it compares each score once (apply_mask).
-  // kLeanGeneral false is the kernel before that, kept for A/B runs (the template's note).
-  static constexpr bool kLeanGeneral = kLeanGeneral_;
-  static constexpr bool kSplitKeyLoop = kGeneral && kIntraOverlap && kLeanGeneral;
+  // cut tile whose rows' first keys lie before it compares each score once (apply_mask). (The
+  // loop before the split was kept for an A/B run, ATTN_HOPPER_GENERAL_LOOP=old, until the H100
+  // measured the split faster: results/logs/h100_gen_lean_ab.log.)
+  static constexpr bool kSplitKeyLoop = kGeneral && kIntraOverlap;
   // The split loop's cut tiles compare each score with the one end of its row's visible keys
   // that can cut the tile (mask_edges): the tiles at the top only with the upper end (the causal
   // diagonal, a symmetric window's upper edge, the sequence end), those at the bottom only with
   // the lower end (a window's lower edge, left padding's first key), and only the tiles both
   // ends may cut (a window narrower than about two tiles) with both; each thread's row bounds
-  // computed once per CTA (RowEdges). kEdgeMasks_ false is the split loop before that, every cut
-  // tile rebuilding the predicate and comparing with both ends (apply_mask), for A/B runs.
-  static constexpr bool kEdgeMasks = kSplitKeyLoop && kEdgeMasks_;
+  // computed once per CTA (RowEdges). (The split loop before that, every cut tile rebuilding the
+  // predicate and comparing with both ends, was kept for an A/B run, ATTN_HOPPER_EDGE_MASK=
+  // two_sided, until the H100 measured the one-sided masks never slower:
+  // results/logs/h100_s8_win_edge/win_edge_ab.log.)
+  static constexpr bool kEdgeMasks = kSplitKeyLoop;
   // Warpgroups that compute: 1, then 2; v6 (head_dim 64 only) 3, each at 160 registers.
   static constexpr int kConsumers = kVersion == 6 ? 3 : kWarpSpecialized ? 2 : 1;
   static constexpr int kThreads = 128 * (kConsumers + (kWarpSpecialized ? 1 : 0));
@@ -373,7 +406,13 @@ struct Tile {
   static constexpr int kOffBarriers = kOffO + (kPersistent ? kQBytes : 0);
   // Q full, K/V full, K/V empty; v7 also Q empty and (8 bytes) the next work tile's index.
   static constexpr int kNumBarriers = 1 + 4 * kStages + (kPersistent ? 2 : 0);
-  static constexpr int kSmemBytes = kOffBarriers + 8 * kNumBarriers + 1024;  // + alignment slack
+  // The general v7: the work tile the producer computed (WorkSlot) and the schedule.
+  static constexpr int kOffWorkSlot = (kOffBarriers + 8 * kNumBarriers + 127) / 128 * 128;
+  static constexpr int kWorkSlotBytes = kVariantSchedule ? 128 : 0;
+  static constexpr int kOffSchedule = kOffWorkSlot + kWorkSlotBytes;
+  static constexpr int kScheduleBytes = kVariantSchedule ? kVariantScheduleBytes : 0;
+  static constexpr int kSmemBytes = (kVariantSchedule ? kOffSchedule + kScheduleBytes
+                                                      : kOffBarriers + 8 * kNumBarriers) + 1024;  // + alignment slack
   // Registers a warpgroup keeps after setmaxnreg (v3-v6): 128 * (24 + 2 * 240) <= 65536 with
   // two consumers, 128 * (24 + 3 * 160) <= 65536 with three.
   static constexpr int kProducerRegisters = 24;
@@ -390,10 +429,9 @@ struct Tile {
                 "the 80-key tile is head_dim 256's, dense, on v4 and v5 (Wgmma<., 80> has ss only)");
   static_assert(kBlockN % 16 == 0, "O += P V steps over the tile's keys in k16");
   static_assert(kVersion != 6 || kHeadDim == 64, "v6's 160-register consumers hold head_dim 64 only");
-  static_assert(!kPersistent || !kGeneral, "v7 runs dense attention");
+  static_assert(!kVariantSchedule || (!kSoftcap && kAlignVariants),
+                "the general v7 has no softcap (v5's instantiation runs it) and tiles aligned");
   static_assert(!kSoftcap || (kGeneral && kVersion == 5), "the softcap runs on the general v5");
-  static_assert(kLeanGeneral || (kGeneral && kVersion == 5), "the old key loop is kept for the general v5");
-  static_assert(kEdgeMasks_ || kSplitKeyLoop, "the two-sided edges are kept for the split key loop");
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "tiles stay 1024-byte aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits an H100 CTA's shared memory");
 };
@@ -1071,7 +1109,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[Cfg::kBlockN / 2],
       // key = col0 + 8c + e compared instead, the SASS also computed each of the thread's 32 keys
       // with an add of its own, on every masked tile.)
       const int lo = keys.x - col0, hi = keys.y - col0;
-      if constexpr (kMaskKind == attn::kNoMask && Cfg::kLeanGeneral) {
+      if constexpr (kMaskKind == attn::kNoMask) {
         // A row whose first visible key is at or before this thread's first column (every
         // row of a causal diagonal tile without a window's lower edge in it): only the upper
         // end cuts, one comparison per element as the dense kernels have. The same elements
@@ -1348,14 +1386,18 @@ __device__ __forceinline__ void set_zero_rows(CtaWork& w, int first_row, int row
   w.n_first = w.n_tiles = w.unmasked_begin = w.unmasked_end = 0;
 }
 
-// The work of query tile m_tile of (batch, head) bh.
+// The work of query tile m_tile of (batch, head) bh = batch * heads + head. The general v7
+// passes its schedule, which holds the batch's aligned tiling (`sched`: computed once per batch
+// there, where its 64-bit arithmetic does not fit the producer's 24 registers).
 template <typename Cfg>
-__device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int64_t bh) {
+__device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int64_t bh, int64_t batch,
+                                               int64_t head, int64_t kv_head,
+                                               const VariantSchedule* sched = nullptr) {
   CtaWork w;
   w.bh = bh;
-  w.batch = w.bh / p.heads;
-  w.head = w.bh % p.heads;
-  w.kv_head = w.head / p.kv_group;  // GQA: the query heads of a group share K/V
+  w.batch = batch;
+  w.head = head;
+  w.kv_head = kv_head;
   w.m_start = m_tile * Cfg::kBlockM;
   w.key_base = 0;
   w.computes = true;
@@ -1370,13 +1412,27 @@ __device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int6
       mask.mask_head = nullptr;
     }
   }
+  if constexpr (Cfg::kVariantSchedule) {
+    // The general v7 runs no mask tensor, no stride, and the aligned tiling (the host's
+    // general_version_for): said to the compiler, which then keeps none of their parameters
+    // live in the producer's 24 registers.
+    mask.mask_head = nullptr;
+    mask.stride = 1;
+  }
   if constexpr (Cfg::kAlignVariants) {
-    if (p.variant_tiling == kTilingAligned && p.mask.mask == nullptr) {
+    if (Cfg::kVariantSchedule || (p.variant_tiling == kTilingAligned && p.mask.mask == nullptr)) {
       // Tiles aligned to this sequence's visible keys (aligned_query_tiling). The grid has a
       // CTA for each work tile and each kBlockM rows before them that see no key, and spares
       // (the host cannot read the key lengths): m_tile numbers the work tiles, then the zeros.
-      const QueryTiling t = aligned_query_tiling(mask.seq_q, mask.key_begin, mask.key_end, mask.causal,
-                                                 mask.window, Cfg::kBlockM, Cfg::kBlockN);
+      QueryTiling t;
+      if constexpr (Cfg::kVariantSchedule) {
+        t.base = sched->tiling_base[batch];
+        t.work_tiles = sched->work_tiles[batch];
+        t.zero_rows = sched->zero_rows[batch];
+      } else {
+        t = aligned_query_tiling(mask.seq_q, mask.key_begin, mask.key_end, mask.causal, mask.window,
+                                 Cfg::kBlockM, Cfg::kBlockN);
+      }
       w.key_base = mask.key_begin;
       if (m_tile >= t.work_tiles) {
         const int first_row = min((m_tile - t.work_tiles) * Cfg::kBlockM, t.zero_rows);
@@ -1397,10 +1453,15 @@ __device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int6
   w.unmasked_end = unmasked.y >= unmasked.x ? (unmasked.y - w.key_base) / Cfg::kBlockN : 0;
   if constexpr (Cfg::kGeneral) {
     // No key tile in the interval: no row of the CTA sees a key (a mask tensor only hides more).
-    if (w.n_tiles == 0 && p.variant_tiling != kTilingFromZero)
+    if (w.n_tiles == 0 && (Cfg::kVariantSchedule || p.variant_tiling != kTilingFromZero))
       set_zero_rows(w, max(w.m_start, 0), min(w.m_start + Cfg::kBlockM, mask.seq_q) - max(w.m_start, 0));
   }
   return w;
+}
+template <typename Cfg>
+__device__ __forceinline__ CtaWork cta_work_at(const Params& p, int m_tile, int64_t bh) {
+  const int64_t head = bh % p.heads;
+  return cta_work_at<Cfg>(p, m_tile, bh, bh / p.heads, head, head / p.kv_group);  // GQA: a group shares K/V
 }
 
 // v1-v6: the CTA's own tile. Grid: x = query tiles, heaviest (last, under the causal mask)
@@ -1580,6 +1641,17 @@ __device__ __forceinline__ void mask_tile_edges(float (&s)[Cfg::kBlockN / 2], co
   // END SOLUTION
 }
 
+// The general v7's hand-over of a work tile from the producer to the consumers (written before
+// q_full's arrival, read after its wait, released through q_empty as v7's tile index): the
+// CtaWork the producer computed (so the consumers, whose time between two tiles is the tensor
+// cores' idle time, do not compute it again) and what to do with it.
+enum WorkState : int { kWorkCompute = 0, kWorkZeros = 1, kWorkEnd = 2 };
+struct WorkSlot {
+  CtaWork work;
+  int state;  // WorkState
+};
+static_assert(sizeof(WorkSlot) <= 128, "the work slot fits its 128 bytes (Tile::kWorkSlotBytes)");
+
 // The shared-memory addresses of one CTA (the dynamic allocation rounded up to 1024 bytes).
 template <typename Cfg>
 struct SmemTiles {
@@ -1600,6 +1672,13 @@ struct SmemTiles {
   // its wait).
   __device__ __forceinline__ volatile int64_t* work_tile_slot() const {
     return reinterpret_cast<volatile int64_t*>(q_ptr + Cfg::kOffBarriers + 8 * (2 + 4 * Cfg::kStages));
+  }
+  // The general v7 (Tile::kVariantSchedule): the work tile the producer computed, and the schedule.
+  __device__ __forceinline__ WorkSlot* work_slot() const {
+    return reinterpret_cast<WorkSlot*>(q_ptr + Cfg::kOffWorkSlot);
+  }
+  __device__ __forceinline__ VariantSchedule* schedule() const {
+    return reinterpret_cast<VariantSchedule*>(q_ptr + Cfg::kOffSchedule);
   }
 
   __device__ __forceinline__ explicit SmemTiles(unsigned char* raw) {
@@ -1635,19 +1714,129 @@ __device__ __forceinline__ float empty_row_lse2(const Params& p, int64_t head) {
 // A CTA whose rows see no key (CtaWork::computes false): zeros into rows [w.m_start, w.zero_end)
 // of O, 16 bytes per store from every thread, and the empty row's lse when one is asked for.
 // No barrier, no copy, no shared memory: the whole CTA returns right after.
-template <typename Element, typename Cfg>
-__device__ __forceinline__ void write_zero_rows(const Params& p, const CtaWork& w) {
+// (`thread` of `threads` doing it: the whole CTA, or in the general v7 the consumers or the
+// producer warpgroup's idle warps.)
+template <typename Element>
+__device__ __forceinline__ void write_zero_rows(const Params& p, const CtaWork& w, int thread, int threads) {
   Element* o_head = static_cast<Element*>(p.out) + w.batch * p.o_batch_stride + w.head * p.o_head_stride;
   const int chunks = p.head_dim / 8;  // 16-byte chunks of a row
   const int rows = w.zero_end - w.m_start;
-  for (int idx = threadIdx.x; idx < rows * chunks; idx += Cfg::kThreads) {
+  for (int idx = thread; idx < rows * chunks; idx += threads) {
     const int row = w.m_start + idx / chunks;
     *reinterpret_cast<uint4*>(o_head + static_cast<int64_t>(row) * p.o_row_stride + (idx % chunks) * 8) =
         make_uint4(0u, 0u, 0u, 0u);
   }
   if (p.lse != nullptr) {
     const float lse2 = empty_row_lse2(p, w.head);
-    for (int r = threadIdx.x; r < rows; r += Cfg::kThreads) p.lse[w.bh * p.seq_q + w.m_start + r] = lse2;
+    for (int r = thread; r < rows; r += threads) p.lse[w.bh * p.seq_q + w.m_start + r] = lse2;
+  }
+}
+template <typename Element, typename Cfg>
+__device__ __forceinline__ void write_zero_rows(const Params& p, const CtaWork& w) {
+  write_zero_rows<Element>(p, w, threadIdx.x, Cfg::kThreads);
+}
+
+// ---- the general v7's schedule (VariantSchedule says what it holds and why) ----
+// Built by every thread of the CTA at its start (after the mbarriers' init, before the CTA-wide
+// barrier that follows it): per batch its aligned tiling (one key length each), then each
+// batch's rank in the longest-first order and the prefix counts, by counting (B^2 / 384
+// comparisons a thread: nothing at B <= 64, a few microseconds at the limit of 256). Ends with a
+// CTA-wide barrier between its two passes; the caller's barrier closes the second.
+template <typename Cfg>
+__device__ __forceinline__ void build_variant_schedule(const Params& p, VariantSchedule& sched, int tid) {
+  const int batches = static_cast<int>(p.batch_heads / p.heads);
+  if (tid == 0) sched.batches = batches;
+  for (int b = tid; b < batches; b += Cfg::kThreads) {
+    const attn::KeyMask<true> mask(p.mask, b, 0);
+    const QueryTiling t = aligned_query_tiling(mask.seq_q, mask.key_begin, mask.key_end, mask.causal != 0,
+                                               mask.window, Cfg::kBlockM, Cfg::kBlockN);
+    // The keys of the batch's last work tile: its heaviest under causal (a window's or a
+    // non-causal batch's tiles are as heavy, but its first, which the window or padding cuts).
+    int keys = 0;
+    if (t.work_tiles > 0) {
+      const int q_first = max(t.base + (t.work_tiles - 1) * Cfg::kBlockM, 0);
+      keys = max(mask.keys_end(mask.seq_q - 1) - mask.keys_begin(q_first), 0);
+    }
+    sched.work_tiles[b] = t.work_tiles;
+    sched.tiling_base[b] = t.base;
+    sched.zero_rows[b] = t.zero_rows;
+    sched.sort_key[b] = keys;
+    // The heads whose K/V (keys x kHeadDim x 2 tensors x 2 bytes; a GQA group shares one) fit
+    // kL2Bytes: one L2 section.
+    const int64_t kv_bytes = static_cast<int64_t>(max(keys, 1)) * Cfg::kHeadDim * 4;
+    sched.section_heads[b] = static_cast<int>(
+        min(static_cast<int64_t>(p.heads), max(int64_t{1}, kL2Bytes / kv_bytes * p.kv_group)));
+  }
+  __syncthreads();
+  for (int b = tid; b < batches; b += Cfg::kThreads) {
+    const int key = sched.sort_key[b];
+    int rank = 0, tiles_before = 0, zeros_before = 0;
+    for (int o = 0; o < batches; ++o) {
+      const int other = sched.sort_key[o];
+      if (other > key || (other == key && o < b)) {
+        ++rank;
+        tiles_before += sched.work_tiles[o];
+      }
+      if (o < b) zeros_before += (sched.zero_rows[o] + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    }
+    sched.order[rank] = b;
+    sched.tile_prefix[rank] = tiles_before * p.heads;
+    sched.zero_prefix[b] = zeros_before * p.heads;
+    if (rank == batches - 1) sched.tile_prefix[batches] = (tiles_before + sched.work_tiles[b]) * p.heads;
+    if (b == batches - 1)
+      sched.zero_prefix[batches] = (zeros_before + (sched.zero_rows[b] + Cfg::kBlockM - 1) / Cfg::kBlockM) * p.heads;
+  }
+}
+
+// The general v7's work tile number `tile` (< tile_prefix[batches]): its batch (rank: the rank
+// of this CTA's previous tile, from which the search goes on, a CTA's tiles only growing), its
+// L2 section, query tile (last first) and head: (x, y, z) = (query tile, batch, head), for
+// cta_work_at. The producer computes it (WorkSlot).
+__device__ __forceinline__ int3 scheduled_tile(const Params& p, const VariantSchedule& sched, int tile, int& rank) {
+  while (tile >= sched.tile_prefix[rank + 1]) ++rank;
+  const int b = sched.order[rank];
+  const int m_tiles = sched.work_tiles[b];
+  const int section_heads = sched.section_heads[b];
+  int r = tile - sched.tile_prefix[rank];
+  const int section = r / (section_heads * m_tiles);
+  r -= section * section_heads * m_tiles;
+  const int heads_here = min(section_heads, p.heads - section * section_heads);
+  return make_int3(m_tiles - 1 - r / heads_here, b, section * section_heads + r % heads_here);
+}
+
+// The general v7's zero-only rows: chunk z (kBlockM rows of one head of one batch, batch by
+// batch) is written by CTA z % gridDim.x's `kThreads` threads (`thread` of them: the producer
+// warpgroup's idle warps, at its 24 registers: no division in the store loop), 16 bytes per
+// store, while the consumers compute. The same stores as write_zero_rows.
+template <typename Element, typename Cfg, int kThreads>
+__device__ __forceinline__ void write_zero_chunks(const Params& p, const VariantSchedule& sched, int thread) {
+  constexpr int kRowChunks = Cfg::kHeadDim / 8;  // 16-byte chunks of a row of the tile
+  static_assert(kThreads % kRowChunks == 0, "a thread stores one chunk of each of its rows");
+  const int chunk = thread % kRowChunks;
+  const int64_t row_step = (kThreads / kRowChunks) * p.o_row_stride;
+  const int chunks = sched.zero_prefix[sched.batches];
+  int b = 0;
+  for (int z = blockIdx.x; z < chunks; z += gridDim.x) {
+    while (z >= sched.zero_prefix[b + 1]) ++b;
+    const int rows = sched.zero_rows[b];
+    const int per_head = (rows + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    const int r = z - sched.zero_prefix[b];
+    const int head = r / per_head;
+    const int first = (r - head * per_head) * Cfg::kBlockM;
+    const int count = min(Cfg::kBlockM, rows - first);
+    // Thread t stores chunk t % kRowChunks of rows t / kRowChunks, + kThreads / kRowChunks, ...
+    // (head_dim 96 on the 128 tile: 12 of the 16 chunks).
+    if (chunk * 8 < p.head_dim) {
+      Element* o = static_cast<Element*>(p.out) + b * p.o_batch_stride + head * p.o_head_stride +
+                   static_cast<int64_t>(first + thread / kRowChunks) * p.o_row_stride + chunk * 8;
+      for (int row = thread / kRowChunks; row < count; row += kThreads / kRowChunks, o += row_step)
+        *reinterpret_cast<uint4*>(o) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    if (p.lse != nullptr) {
+      const float lse2 = empty_row_lse2(p, head);
+      float* lse = p.lse + (static_cast<int64_t>(b) * p.heads + head) * p.seq_q + first;
+      for (int i = thread; i < count; i += kThreads) lse[i] = lse2;
+    }
   }
 }
 
@@ -1847,14 +2036,11 @@ __device__ __forceinline__ uint32_t ring_parity(int t) { return static_cast<uint
 // What the overlapped loop does to one key tile's scores before its softmax:
 //   kAnyTile      decides per tile (the mask where CtaWork::needs_mask says, a mask tensor's
 //                 elements where the summary calls the tile partial): the loop with a summary,
-//                 and Tile::kLeanGeneral false (the loop before the split, for A/B runs);
-//   kCutTile      the interval cuts the tile: the per-element predicate, no test (Tile::kEdgeMasks
-//                 false: both ends of each row's interval);
+//                 and the dense kernels;
 //   kVisibleTile  every row sees the whole tile: nothing but the softcap;
 //   kUpperCutTile, kLowerCutTile, kBothCutTile  (Tile::kEdgeMasks) the interval cuts the tile
 //                 at the top, at the bottom, or both: mask_edges with those ends, no test.
-enum TilePath : int { kAnyTile = 0, kCutTile = 1, kVisibleTile = 2, kUpperCutTile = 3, kLowerCutTile = 4,
-                      kBothCutTile = 5 };
+enum TilePath : int { kAnyTile = 0, kVisibleTile = 2, kUpperCutTile = 3, kLowerCutTile = 4, kBothCutTile = 5 };
 
 // The consumer's state that goes from one key tile to the next in the overlapped loop.
 template <typename Cfg>
@@ -1903,7 +2089,6 @@ __device__ __forceinline__ void overlapped_tile(const Params& p, const CtaWork& 
       prepare_scores<Cfg>(c.s, p, w, mask, n_block, kind, row0, col_in_tile);
     } else {
       softcap_scores<Cfg>(c.s, p);
-      if constexpr (kPath == kCutTile) mask_scores<Cfg>(c.s, p, w, mask, n_block, kTileVisible, row0, col_in_tile);
       if constexpr (kPath == kUpperCutTile) mask_edges<Cfg, kUpperEdge>(c.s, edges, n_block);
       if constexpr (kPath == kLowerCutTile) mask_edges<Cfg, kLowerEdge>(c.s, edges, n_block);
       if constexpr (kPath == kBothCutTile) mask_edges<Cfg, kBothEdges>(c.s, edges, n_block);
@@ -1929,8 +2114,8 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
   // HINT: Optional extension: tile 0: S, softmax, pack P. Then per tile j >= 1 (overlapped_tile):
   // HINT: wait K[j] and V[j-1], issue S[j] and O += P[j-1] V[j-1], wgmma_wait<1>, release K[j], mask +
   // HINT: softmax_update, wgmma_wait<0>, release V[j-1], rescale_o, pack P[j]; without a mask tensor
-  // HINT: the cut tiles and the wholly visible ones in loops of their own (kCutTile, kVisibleTile;
-  // HINT: with Tile::kEdgeMasks each cut loop on the ends that cut its tiles, row_edges, mask_edges).
+  // HINT: the cut tiles and the wholly visible ones in loops of their own (kVisibleTile, and each
+  // HINT: cut loop on the ends that cut its tiles: kUpperCutTile etc., row_edges, mask_edges).
   // HINT: Last: O += P V of the last tile.
   // HINT: Tile j uses stage (j0 + j) % kStages, parity ((j0 + j) / kStages) & 1; set `visited`
   // HINT: and release q_empty (when not 0) once the last S is in, and when no tile is visited.
@@ -1979,30 +2164,24 @@ __device__ __forceinline__ void consume_overlapped(const Params& p, const CtaWor
     // edge or left padding's first key): three loops, in the order the tiles come, the middle
     // one over the tiles every row sees whole. A tile is cut where CtaWork::needs_mask says
     // (n >= unmasked_end or n < unmasked_begin), so the middle is empty when unmasked_end <=
-    // unmasked_begin. The same operations on every tile as kAnyTile's.
-    // With Tile::kEdgeMasks the tiles at the top are cut by the upper ends alone (n >=
-    // unmasked_begin), and those at the bottom by the lower ends alone where n < unmasked_end;
-    // the bottom tiles in [unmasked_end, unmasked_begin) (the middle is empty then) by both
-    // (mask_edges' note).
-    constexpr int kTopPath = Cfg::kEdgeMasks ? kUpperCutTile : kCutTile;
-    constexpr int kBottomPath = Cfg::kEdgeMasks ? kLowerCutTile : kCutTile;
+    // unmasked_begin. The tiles at the top are cut by the upper ends alone (n >= unmasked_begin),
+    // and those at the bottom by the lower ends alone where n < unmasked_end; the bottom tiles in
+    // [unmasked_end, unmasked_begin) (the middle is empty then) by both (mask_edges' note).
     const int cut_above = max(max(w.unmasked_end, w.unmasked_begin), w.n_first);
     const int visible_from = max(w.unmasked_begin, w.n_first);
     int n = next;
     for (; n >= cut_above; --n, ++j)
-      overlapped_tile<Element, Cfg, kTopPath>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
-                                              consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
+      overlapped_tile<Element, Cfg, kUpperCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                   consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
     for (; n >= visible_from; --n, ++j)
       overlapped_tile<Element, Cfg, kVisibleTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
                                                   consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
-    if constexpr (Cfg::kEdgeMasks) {
-      for (const int cut_both_from = max(w.unmasked_end, w.n_first); n >= cut_both_from; --n, ++j)
-        overlapped_tile<Element, Cfg, kBothCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
-                                                    consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
-    }
+    for (const int cut_both_from = max(w.unmasked_end, w.n_first); n >= cut_both_from; --n, ++j)
+      overlapped_tile<Element, Cfg, kBothCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                  consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
     for (; n >= w.n_first; --n, ++j)
-      overlapped_tile<Element, Cfg, kBottomPath>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
-                                                 consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
+      overlapped_tile<Element, Cfg, kLowerCutTile>(p, w, smem, st, c, mask, edges, q_rows, row0, col_in_tile,
+                                                   consumer, lane, j0 + j, n, kTileVisible, next, next_kind);
   } else {
     for (; next >= w.n_first; ++j) {
       n_block = next;
@@ -2042,9 +2221,7 @@ __device__ __forceinline__ void attention_v3(const Params& p, const CtaWork& wor
   // The warpgroup index, made visibly warp-uniform (a shuffle from lane 0) so the compiler
   // keeps the role branch uniform.
   const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
-  // The kernel's CtaWork (`work`); the old general loop's A/B instantiation computes it again,
-  // as the kernel did before (Tile::kLeanGeneral).
-  const CtaWork w = Cfg::kLeanGeneral ? work : cta_work<Cfg>(p);
+  const CtaWork w = work;  // the kernel's
   const SmemTiles<Cfg> smem(smem_raw);
 
   if (tid == 0) {
@@ -2122,6 +2299,88 @@ __device__ __forceinline__ void attention_v3(const Params& p, const CtaWork& wor
   // END SOLUTION
 }
 
+// The general v7's producer thread (Tile::kVariantSchedule): v7's, with the work tiles from the
+// schedule (scheduled_tile), each one's CtaWork handed to the consumers in the WorkSlot (int
+// indices: it runs at 24 registers).
+template <typename Cfg>
+__device__ __forceinline__ void produce_scheduled(const Params& p, const SmemTiles<Cfg>& smem,
+                                                  const VariantSchedule& sched, const CUtensorMap* map_q,
+                                                  const CUtensorMap* map_k, const CUtensorMap* map_v) {
+  // BEGIN SOLUTION kernel
+  // HINT: Optional extension: v7's producer loop, the tile's CtaWork (scheduled_tile, cta_work_at) written to
+  // HINT: the WorkSlot (state kWorkCompute / kWorkZeros / kWorkEnd) before q_full's arrival.
+  constexpr int kStages = Cfg::kStages;
+  WorkSlot* slot = smem.work_slot();
+  // (What the loop reads again from shared memory instead of keeping in registers.)
+  const volatile WorkSlot* held = slot;
+  const volatile int* scheduled = &sched.tile_prefix[sched.batches];
+  int j = 0;     // key tiles loaded so far, over every work tile
+  int rank = 0;  // the schedule's batch rank of the last tile
+  int tile = blockIdx.x;
+  for (int i = 0;; ++i) {
+    // The consumers are done with the previous tile's Q and have read its slot.
+    if (i > 0) mbarrier_wait(smem.q_empty(), static_cast<uint32_t>((i - 1) & 1));
+    if (tile >= *scheduled) {  // no work left: wake the consumers to read that and stop
+      slot->state = kWorkEnd;
+      mbarrier_arrive(smem.q_full());
+      break;
+    }
+    {
+      // The CtaWork field by field (volatile: each value's register is free once stored, where a
+      // struct copy held all 18 until one vector store), the tile's indices first.
+      const int3 at = scheduled_tile(p, sched, tile, rank);
+      volatile CtaWork& out = slot->work;
+      out.bh = static_cast<int64_t>(at.y) * p.heads + at.z;
+      out.batch = at.y;
+      out.head = at.z;
+      out.kv_head = at.z / p.kv_group;
+      out.summary = nullptr;
+      const CtaWork w = cta_work_at<Cfg>(p, at.x, static_cast<int64_t>(at.y) * p.heads + at.z, at.y, at.z,
+                                         at.z / p.kv_group, &sched);
+      out.key_base = w.key_base;
+      out.m_start = w.m_start;
+      out.n_first = w.n_first;
+      out.n_tiles = w.n_tiles;
+      out.unmasked_begin = w.unmasked_begin;
+      out.unmasked_end = w.unmasked_end;
+      out.zero_end = w.zero_end;
+      out.computes = w.computes;
+      slot->state = w.computes ? kWorkCompute : kWorkZeros;
+    }
+    // The tile's loads, its CtaWork read back from the slot (the producer's 24 registers).
+    const bool computes = held->work.computes;
+    const int batch = static_cast<int>(held->work.batch);
+    if (computes) {
+      mbarrier_arrive_expect_tx(smem.q_full(), Cfg::kQBytes);
+      load_tile_tma<Cfg::kHeadDim, Cfg::kBlockM>(smem.q, map_q, smem.q_full(), held->work.m_start,
+                                                 static_cast<int>(held->work.head), batch);
+    } else {  // no key (not expected of the aligned tiling's work tiles): the consumers write zeros
+      mbarrier_arrive(smem.q_full());
+    }
+    // The next tile is claimed now; the atomic's round trip overlaps this tile's loads. (gridDim.x
+    // read here, by an asm the compiler cannot hoist: held through the loop, ptxas spilled it.)
+    uint32_t ctas;
+    asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(ctas));
+    const int next = atomicAdd(p.tile_counter, 1) + static_cast<int>(ctas);
+    const int n_first = held->work.n_first;
+    const int key_base = held->work.key_base;
+    const int kv_head = static_cast<int>(held->work.kv_head);
+    for (int n_block = computes ? n_first + held->work.n_tiles - 1 : -1; n_block >= n_first; --n_block, ++j) {
+      const int stage = j % kStages;
+      const uint32_t parity = ((j / kStages) - 1) & 1;
+      const int key = key_base + n_block * Cfg::kBlockN;  // first_key
+      if (j >= kStages) mbarrier_wait(smem.k_empty(stage), parity);
+      mbarrier_arrive_expect_tx(smem.k_full(stage), Cfg::kKVBytes);  // issue_kv_tile's
+      load_tile_tma<Cfg::kHeadDim, Cfg::kBlockN>(smem.k_stage(stage), map_k, smem.k_full(stage), key, kv_head, batch);
+      if (j >= kStages) mbarrier_wait(smem.v_empty(stage), parity);
+      mbarrier_arrive_expect_tx(smem.v_full(stage), Cfg::kKVBytes);
+      load_tile_tma<Cfg::kHeadDim, Cfg::kBlockN>(smem.v_stage(stage), map_v, smem.v_full(stage), key, kv_head, batch);
+    }
+    tile = next;
+  }
+  // END SOLUTION
+}
+
 // ---- v7: v5 persistent: one CTA per SM walks the work tiles ----
 // v1-v6 launch one CTA per (query tile, head): it starts by loading its Q and first K/V tiles
 // and ends writing O, and while it does either, the SM's tensor cores wait (at S 1024 a CTA
@@ -2131,6 +2390,10 @@ __device__ __forceinline__ void attention_v3(const Params& p, const CtaWork& wor
 // free up, so they arrive during this tile's last P V and its epilogue; O is staged in a buffer
 // of its own (the next Q lands in Q's). The consumers' key loop is v5's (consume_overlapped),
 // the ring's stage and parity counters running on across tiles (j0).
+// The general v7 (Tile::kVariantSchedule: key lengths, windows, sinks) takes its work tiles from
+// the schedule every CTA builds at its start (VariantSchedule: the aligned tiling's computing
+// tiles, longest batch first); the producer computes each one's CtaWork and hands it over in the
+// WorkSlot, and the producer warpgroup's three idle warps write the rows that see no key.
 template <typename Element, typename Cfg>
 __device__ __forceinline__ void attention_v7(const Params& p, unsigned char* smem_raw,
                                              const CUtensorMap* map_q, const CUtensorMap* map_k,
@@ -2141,6 +2404,8 @@ __device__ __forceinline__ void attention_v7(const Params& p, unsigned char* sme
   // HINT: (i-1)-th completion and write the tile's index to work_tile_slot (past the last: plain
   // HINT: arrive on q_full, stop); count K/V tiles across work tiles. Consumers: wait q_full's i-th
   // HINT: completion, read the slot, consume_overlapped with j0 and q_empty, write_output to o_ptr.
+  // HINT: The general v7: build_variant_schedule first; the producer (produce_scheduled) hands over a
+  // HINT: CtaWork in the WorkSlot (zeros: the consumers write them), warps 1-3 write_zero_chunks.
   constexpr int kStages = Cfg::kStages;
   constexpr int kConsumerWarps = 4 * Cfg::kConsumers;
   const int tid = threadIdx.x;
@@ -2159,11 +2424,18 @@ __device__ __forceinline__ void attention_v7(const Params& p, unsigned char* sme
     }
     mbarrier_init_fence();
   }
+  // The general v7's schedule, in shared memory (closed by the barrier below).
+  const VariantSchedule& sched = *smem.schedule();
+  if constexpr (Cfg::kVariantSchedule) build_variant_schedule<Cfg>(p, *smem.schedule(), tid);
   __syncthreads();
 
   if (warpgroup == 0) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
-    if (tid == 0) {
+    if constexpr (Cfg::kVariantSchedule) {
+      if (tid == 0) produce_scheduled<Cfg>(p, smem, sched, map_q, map_k, map_v);
+      // The producer warpgroup's other three warps: the rows that see no key.
+      else if (tid >= 32) write_zero_chunks<Element, Cfg, 96>(p, sched, tid - 32);
+    } else if (tid == 0) {
       int j = 0;  // key tiles loaded so far, over every work tile
       int64_t tile = blockIdx.x;
       for (int i = 0;; ++i) {
@@ -2202,9 +2474,22 @@ __device__ __forceinline__ void attention_v7(const Params& p, unsigned char* sme
     int j0 = 0;  // key tiles visited so far, over every work tile
     for (int i = 0;; ++i) {
       mbarrier_wait(smem.q_full(), static_cast<uint32_t>(i & 1));
-      const int64_t tile = *smem.work_tile_slot();
-      if (tile >= tiles) break;
-      const CtaWork w = work_tile<Cfg>(p, tile);
+      CtaWork w;
+      if constexpr (Cfg::kVariantSchedule) {
+        const WorkSlot* slot = smem.work_slot();
+        const int state = slot->state;
+        if (state == kWorkEnd) break;
+        w = slot->work;
+        if (state == kWorkZeros) {
+          write_zero_rows<Element>(p, w, tid - 128, 128 * Cfg::kConsumers);
+          release_q(smem.q_empty());
+          continue;
+        }
+      } else {
+        const int64_t tile = *smem.work_tile_slot();
+        if (tile >= tiles) break;
+        w = work_tile<Cfg>(p, tile);
+      }
       RowState<Cfg> st;
       init_row_state(st);
       const attn::KeyMask<Cfg::kGeneral> mask(p.mask, w.batch, w.head);
@@ -2379,22 +2664,22 @@ Launcher dispatch_version(int64_t version) {
 }
 
 // The general predicate (windows, key lengths, mask tensors, softcap, sinks) is instantiated for
-// the versions flash_attention routes to: 2, and 5 (which also takes v6's calls: v6's
+// the versions flash_attention routes to: 2, and 5 (which also takes v6's and v7's calls: v6's
 // 160-register consumers would spill the predicate's state, ptxas says, where v5's 240 hold it).
 // A softcap runs on v5's softcap instantiation, whichever of them was asked for, and a mask
-// tensor on v5 (Tile::kMaskTensor: v2 has no registers for its loads).
+// tensor on v5 (Tile::kMaskTensor: v2 has no registers for its loads). The general v7
+// (Tile::kVariantSchedule) runs a call of version 5, 6 or 7 where the host set
+// Params::general_version to 7 (ATTN_HOPPER_GENERAL_VERSION, where the general v7 takes the call:
+// head_dim 64, 96 or 128, no mask tensor, no softcap, the aligned tiling, at most
+// kMaxScheduledBatches batches; flash_attention_hopper.cu, general_version_for).
 template <typename Element, int kHeadDim>
 Launcher dispatch_general(const Params& p, int64_t version) {
   if (p.mask.softcap > 0.0) return launcher<Element, Tile<kHeadDim, 5, true, true>>();
   // (Head_dim 256 has the general v5 alone: a general v2 call runs as v5 there.)
   if constexpr (kHeadDim != 256) {
     if (version == 2 && p.mask.mask == nullptr) return launcher<Element, Tile<kHeadDim, 2, true>>();
-  }
-  // (Its old key loop, and its split loop with the two-sided mask on every cut tile, kept for A/B
-  // runs at head_dim 128 alone: two more kernels per element type.)
-  if constexpr (kHeadDim == 128) {
-    if (p.old_general_loop) return launcher<Element, Tile<kHeadDim, 5, true, false, 0, false>>();
-    if (p.two_sided_edges) return launcher<Element, Tile<kHeadDim, 5, true, false, 0, true, false>>();
+    if (version != 2 && p.general_version == 7 && p.mask.mask == nullptr)
+      return launcher<Element, Tile<kHeadDim, 7, true>>();
   }
   return launcher<Element, Tile<kHeadDim, 5, true>>();
 }
