@@ -587,7 +587,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
 
 def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  residual: torch.Tensor | None = None, norm=None) -> torch.Tensor:
+                  residual: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T (+ bias) (+ residual) for the few token rows of a decode step.
 
     A decode step is bound by reading the weights once; decode_linear.cu streams them at
@@ -596,13 +596,7 @@ def decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     bytes; anything else (a prefill, a CPU tensor, an odd K) goes to torch's F.linear, so the
     result never depends on which path ran beyond fp32 rounding. Not part of the course's
     tasks: the task 6 and task 7 models call it in their decode steps.
-    norm: the product of norm(x) instead of x, the LayerNorm / RMSNorm folded into it (a
-    FoldedNorm from task5.fused.fold_norm, or (norm_weight, norm_bias, eps, rms); see
-    task5/fused.py and decode_linear_norm.cuh).
     """
-    if norm is not None:
-        from task5.fused import decode_linear_norm
-        return decode_linear_norm(x, weight, bias, residual, norm)
     rows = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
     usable = (x.is_cuda and 1 <= rows <= DECODE_LINEAR_MAX_ROWS and x.is_contiguous()
               and weight.is_contiguous() and x.dtype == weight.dtype

@@ -31,13 +31,6 @@ torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional
 // silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual), [..., width] (decode_linear.cu).
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
                             std::optional<torch::Tensor> residual, int64_t k_splits);
-// The product after a LayerNorm / RMSNorm with the norm folded in: x raw, weight = W diag(gamma),
-// colsum / shift fp32 per weight row (decode_linear.cu, decode_linear_norm.cuh).
-torch::Tensor decode_linear_norm(torch::Tensor x, torch::Tensor weight,
-                                 std::optional<torch::Tensor> residual,
-                                 std::optional<torch::Tensor> colsum,
-                                 std::optional<torch::Tensor> shift, double eps, bool rms,
-                                 bool gated, int64_t k_splits);
 // LayerNorm or RMSNorm of x's rows, after the residual add if one is given: {out} or
 // {out, x + residual} (norm.cu).
 std::vector<torch::Tensor> add_norm(torch::Tensor x, std::optional<torch::Tensor> residual,
@@ -149,12 +142,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "silu(x Wg^T + bg) * (x Wu^T + bu) (+ residual) for at most 8 rows of x, weight [2*width, K]",
         py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
         py::arg("residual") = py::none(), py::arg("k_splits") = 0);
-  m.def("decode_linear_norm", &decode_linear_norm,
-        "rstd * (x weight^T - mean * colsum) + shift (+ residual): the product after a LayerNorm "
-        "or RMSNorm of x's rows, the norm folded in (gated: silu(gate) * up)",
-        py::arg("x"), py::arg("weight"), py::arg("residual") = py::none(),
-        py::arg("colsum") = py::none(), py::arg("shift") = py::none(), py::arg("eps") = 1e-5,
-        py::arg("rms") = false, py::arg("gated") = false, py::arg("k_splits") = 0);
   m.def("add_norm", &add_norm,
         "LayerNorm (rms=False) or RMSNorm of x's rows, after adding residual if given: [out] or "
         "[out, x + residual]",

@@ -20,8 +20,7 @@ SOURCES = ["task5/binding.cpp", "task5/decode.cu",
            "task5/decode_gqa.cu", "task5/decode_gqa_fp16.cu", "task5/decode_gqa_bf16.cu",
            "task5/decode_paged.cu",
            "task5/decode_linear.cu", "task5/decode_linear_fp32.cu", "task5/decode_linear_fp16.cu",
-           "task5/decode_linear_bf16.cu", "task5/decode_linear_norm_fp32.cu",
-           "task5/decode_linear_norm_fp16.cu", "task5/decode_linear_norm_bf16.cu",
+           "task5/decode_linear_bf16.cu",
            "task5/norm.cu", "task5/rope_append.cu"]
 
 

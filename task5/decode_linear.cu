@@ -24,7 +24,6 @@
 
 #include "attention_checks.cuh"
 #include "decode_linear.cuh"
-#include "decode_linear_norm.cuh"
 #include "device_values.cuh"
 
 namespace {
@@ -101,12 +100,11 @@ int choose_k_splits(int K, int64_t element_size) {
 
 using attn::aligned16;
 
-// The entries' shared checks; returns the output's shape. `gated` halves the output features.
-std::vector<int64_t> check_product(const char* entry, const torch::Tensor& x,
-                                   const torch::Tensor& weight,
-                                   const std::optional<torch::Tensor>& bias,
-                                   const std::optional<torch::Tensor>& residual, int64_t k_splits,
-                                   bool gated) {
+// The two entries' shared checks and launch: `gated` halves the output features.
+torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
+                  const std::optional<torch::Tensor>& bias,
+                  const std::optional<torch::Tensor>& residual, int64_t k_splits, bool gated) {
+  const char* entry = gated ? "decode_swiglu" : "decode_linear";
   attn::check_cuda_tensor(x, "x");
   attn::check_dtype(x, "x", {torch::kFloat32, torch::kFloat16, torch::kBFloat16});
   attn::check_same(weight, "weight", x, "x");
@@ -151,20 +149,9 @@ std::vector<int64_t> check_product(const char* entry, const torch::Tensor& x,
   TORCH_CHECK_VALUE(k_splits == 0 || k_splits == 1 || k_splits == 2 || k_splits == 4,
                     attn::str(entry, ": k_splits is 1, 2 or 4 (warps of a block that split K), or "
                               "0 to choose from K; got ", k_splits, "."));
-  return out_shape;
-}
-
-// decode_linear's and decode_swiglu's checks and launch.
-torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
-                  const std::optional<torch::Tensor>& bias,
-                  const std::optional<torch::Tensor>& residual, int64_t k_splits, bool gated) {
-  const std::vector<int64_t> out_shape = check_product(
-      gated ? "decode_swiglu" : "decode_linear", x, weight, bias, residual, k_splits, gated);
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor out = torch::empty(out_shape, x.options());
-  const int64_t K = x.size(-1);
-  const int n = static_cast<int>(out_shape.back()), k = static_cast<int>(K),
-            m = static_cast<int>(x.numel() / K);
+  const int n = static_cast<int>(N), k = static_cast<int>(K), m = static_cast<int>(rows);
   const int splits =
       k_splits > 0 ? static_cast<int>(k_splits) : choose_k_splits(k, x.element_size());
   const auto dispatch = [&](auto gated_flag) {
@@ -183,44 +170,6 @@ torch::Tensor run(const torch::Tensor& x, const torch::Tensor& weight,
   return out;
 }
 
-// decode_linear_norm: the launch of decode_linear_norm_kernel (decode_linear_norm.cuh).
-template <typename T, bool kGated>
-void launch_norm(const torch::Tensor& x, const torch::Tensor& w,
-                 const std::optional<torch::Tensor>& residual, const torch::Tensor& out,
-                 const std::optional<torch::Tensor>& colsum,
-                 const std::optional<torch::Tensor>& shift, float eps, bool rms, int rows, int N,
-                 int K, int k_splits) {
-  const T* res = residual.has_value() ? reinterpret_cast<const T*>(residual->data_ptr()) : nullptr;
-  const float* col = colsum.has_value() ? colsum->data_ptr<float>() : nullptr;
-  const float* sh = shift.has_value() ? shift->data_ptr<float>() : nullptr;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int splits = k_splits == 1 || k_splits == 2 ? k_splits : 4;
-  const int features_per_block = kWarps / splits * (kGated ? kRowsPerWarp / 2 : kRowsPerWarp);
-  const int blocks = attn::ceil_div(N, features_per_block);
-  const LinearNormKernel<T> kernel = linear_norm_kernel<T, kGated>(rows, splits);
-  attn::launch_overlapped(kGated ? "decode_linear_norm_kernel (SwiGLU)" : "decode_linear_norm_kernel",
-                          kernel, dim3(blocks), dim3(kThreads), stream,
-                          reinterpret_cast<const T*>(x.data_ptr()),
-                          reinterpret_cast<const T*>(w.data_ptr()), res,
-                          reinterpret_cast<T*>(out.data_ptr()), N, K, col, sh, eps,
-                          static_cast<int>(rms));
-}
-
-// An fp32 vector of one value per weight row (colsum, shift), on x's device.
-void check_fold_vector(const std::optional<torch::Tensor>& v, const char* name,
-                       const torch::Tensor& x, int64_t weight_rows) {
-  if (!v.has_value()) return;
-  attn::check_cuda_tensor(*v, name);
-  TORCH_CHECK_TYPE(v->scalar_type() == torch::kFloat32,
-                   attn::str(name, " must be float32 (the folded norm's sums), got ",
-                             v->scalar_type(), "."));
-  TORCH_CHECK_VALUE(v->device() == x.device(),
-                    attn::str(name, " is on ", v->device(), " but x is on ", x.device(), "."));
-  attn::check_contiguous(*v, name);
-  TORCH_CHECK_VALUE(v->numel() == weight_rows, attn::str(name, " has ", v->numel(),
-                    " elements; expected ", weight_rows, " (one per row of weight)."));
-}
-
 }  // namespace
 
 // x [..., K] with at most 8 rows in all (contiguous); weight [N, K] (contiguous); bias [N];
@@ -236,56 +185,4 @@ torch::Tensor decode_linear(torch::Tensor x, torch::Tensor weight, std::optional
 torch::Tensor decode_swiglu(torch::Tensor x, torch::Tensor weight, std::optional<torch::Tensor> bias,
                             std::optional<torch::Tensor> residual, int64_t k_splits) {
   return run(x, weight, bias, residual, k_splits, /*gated=*/true);
-}
-
-// The product after a LayerNorm (rms false) or RMSNorm (rms true) of x's rows, the norm folded
-// in (decode_linear_norm.cuh): x [..., K] raw (not normalised), weight [rows, K] = W diag(gamma),
-// colsum [rows] fp32 = weight summed along K (LayerNorm; none for RMSNorm), shift [rows] fp32 =
-// W beta + bias (or none). gated: SwiGLU (rows = 2 * width, as decode_swiglu). Returns
-// rstd * (x weight^T - mean * colsum) + shift (+ residual), silu(gate) * up when gated.
-// task5/fused.py's fold_norm computes weight, colsum and shift from the model's tensors.
-torch::Tensor decode_linear_norm(torch::Tensor x, torch::Tensor weight,
-                                 std::optional<torch::Tensor> residual,
-                                 std::optional<torch::Tensor> colsum,
-                                 std::optional<torch::Tensor> shift, double eps, bool rms,
-                                 bool gated, int64_t k_splits) {
-  const char* entry = gated ? "decode_swiglu (norm folded)" : "decode_linear (norm folded)";
-  const std::vector<int64_t> out_shape =
-      check_product(entry, x, weight, std::nullopt, residual, k_splits, gated);
-  check_fold_vector(colsum, "colsum", x, weight.size(0));
-  check_fold_vector(shift, "shift", x, weight.size(0));
-  TORCH_CHECK_VALUE(!(rms && colsum.has_value()),
-                    "RMSNorm subtracts no mean: pass colsum=None with rms=True.");
-  TORCH_CHECK_VALUE(rms || colsum.has_value(),
-                    "LayerNorm (rms=False) needs colsum, the folded weight summed along K.");
-  TORCH_CHECK_VALUE(eps >= 0.0, attn::str("eps must be >= 0, got ", eps, "."));
-  const c10::cuda::CUDAGuard guard(x.device());
-  torch::Tensor out = torch::empty(out_shape, x.options());
-  const int64_t K = x.size(-1);
-  const int n = static_cast<int>(out_shape.back()), k = static_cast<int>(K),
-            m = static_cast<int>(x.numel() / K);
-  const int splits =
-      k_splits > 0 ? static_cast<int>(k_splits) : choose_k_splits(k, x.element_size());
-  const float e = static_cast<float>(eps);
-  const auto dispatch = [&](auto gated_flag) {
-    constexpr bool kGated = decltype(gated_flag)::value;
-    switch (x.scalar_type()) {
-      case torch::kFloat32:
-        launch_norm<float, kGated>(x, weight, residual, out, colsum, shift, e, rms, m, n, k, splits);
-        break;
-      case torch::kFloat16:
-        launch_norm<__half, kGated>(x, weight, residual, out, colsum, shift, e, rms, m, n, k, splits);
-        break;
-      default:
-        launch_norm<__nv_bfloat16, kGated>(x, weight, residual, out, colsum, shift, e, rms, m, n, k,
-                                           splits);
-        break;
-    }
-  };
-  if (gated) {
-    dispatch(std::true_type{});
-  } else {
-    dispatch(std::false_type{});
-  }
-  return out;
 }

@@ -26,9 +26,7 @@ heads interleaved in hidden, as task 5 lays it out), allocated once per generati
 in place, never re-allocated. RoPE is applied before the write, so it holds rotated keys.
 
 Fused decode (fused_decode=True, the default, on our kernels): a decode step's small kernels
-are merged (task5/fused.py): each norm is folded into the product after it (fused_norm=True,
-the default: the norm's algebra moved into the product's epilogue, task5/decode_linear_norm.cuh;
-False: the norms run on one kernel each), RoPE on q and k and the cache
+are merged (task5/fused.py): the norms run on one kernel each, RoPE on q and k and the cache
 write of k and v on one (reading the position on the device), and the MLP's gate and up
 products with silu(gate) * up on one pass of the streamed weights. Same math; fewer launches,
 each of which costs a few microseconds even inside a CUDA graph. Fused prefill
@@ -45,7 +43,6 @@ runs on a CPU. `model.attention_backend` switches between the two on the same we
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -100,25 +97,13 @@ class StepInfo:
     fused: bool = False                # a decode step on our fused kernels (task5/fused.py)
     rope_append: bool = False          # RoPE + cache write on rope_append (fused decode or prefill)
     block_table: torch.Tensor | None = None   # a paged cache's (forward_paged; seq_len: [B] lengths)
-    # The fused decode with the norms folded into the products after them (customModel.fused_norm):
-    # (linear, norm) -> that product's FoldedNorm (task5/fused.py), made once per weight. None:
-    # the norms run on their own kernels (norm() below).
-    norm_fold: Callable[[nn.Linear, nn.Module], object] | None = None
 
 
 def linear(layer: nn.Linear, x: torch.Tensor, step: StepInfo,
-           residual: torch.Tensor | None = None,
-           pre_norm: nn.LayerNorm | nn.RMSNorm | None = None) -> torch.Tensor:
-    """layer(x) (+ residual), or layer(pre_norm(x)) (+ residual). A decode step on our kernels
-    reads every weight once for 4 token rows, so it is bound by memory; there task 5's
-    decode_linear streams the weight at the bandwidth (cuBLAS does not at 4 rows) and adds the
-    bias and the residual in the same pass. With step.norm_fold, pre_norm is folded into that
-    product (no norm kernel: task5/decode_linear_norm.cuh)."""
-    if pre_norm is not None:
-        if step.norm_fold is not None:
-            return kernels().decode_linear(x, layer.weight, layer.bias, residual,
-                                           norm=step.norm_fold(layer, pre_norm))
-        x = norm(pre_norm, x, step)
+           residual: torch.Tensor | None = None) -> torch.Tensor:
+    """layer(x) (+ residual). A decode step on our kernels reads every weight once for 4 token
+    rows, so it is bound by memory; there task 5's decode_linear streams the weight at the
+    bandwidth (cuBLAS does not at 4 rows) and adds the bias and the residual in the same pass."""
     if step.backend == "custom" and step.decode:
         return kernels().decode_linear(x, layer.weight, layer.bias, residual)
     out = layer(x)
@@ -151,13 +136,11 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(hidden_dim, hidden_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                step: StepInfo, residual: torch.Tensor,
-                pre_norm: nn.Module | None = None) -> torch.Tensor:
-        """residual + o_proj(attention(x)), of pre_norm(x) if given (linear() says how)."""
+                step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
+        """residual + o_proj(attention(x))."""
         batch, seq, _ = x.shape
         heads, kv_heads = self.num_heads, self.num_kv_heads
-        qkv = linear(self.qkv_proj, x, step, pre_norm=pre_norm)
-        qkv = qkv.view(batch, seq, heads + 2 * kv_heads, self.head_dim)
+        qkv = linear(self.qkv_proj, x, step).view(batch, seq, heads + 2 * kv_heads, self.head_dim)
         if step.block_table is not None:
             # A paged cache (k_cache, v_cache are this layer's pages): RoPE and the append into
             # the pages in one kernel, then causal attention through the block table.
@@ -257,18 +240,11 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(hidden_dim, 2 * self.width, bias=False)
         self.down_proj = nn.Linear(self.width, hidden_dim, bias=False)
 
-    def forward(self, x: torch.Tensor, step: StepInfo, residual: torch.Tensor,
-                pre_norm: nn.Module | None = None) -> torch.Tensor:
-        """residual + down(silu(gate(x)) * up(x)), of pre_norm(x) if given (linear() says how)."""
-        if pre_norm is not None and step.norm_fold is None:
-            x, pre_norm = norm(pre_norm, x, step), None
+    def forward(self, x: torch.Tensor, step: StepInfo, residual: torch.Tensor) -> torch.Tensor:
+        """residual + down(silu(gate(x)) * up(x))."""
         if step.fused:   # gate, up and silu(gate) * up in one pass over the stacked weights
-            fold = None if pre_norm is None else step.norm_fold(self.gate_up_proj, pre_norm)
-            hidden = kernels().decode_swiglu(x, self.gate_up_proj.weight, self.gate_up_proj.bias,
-                                             norm=fold)
+            hidden = kernels().decode_swiglu(x, self.gate_up_proj.weight, self.gate_up_proj.bias)
         else:
-            if pre_norm is not None:   # norm_fold without the fused path: not built that way
-                x = norm(pre_norm, x, step)
             gate, up = linear(self.gate_up_proj, x, step).chunk(2, dim=-1)
             hidden = F.silu(gate) * up
         return linear(self.down_proj, hidden, step, residual)
@@ -283,10 +259,6 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(hidden_dim)
 
     def forward(self, x, k_cache, v_cache, step: StepInfo) -> torch.Tensor:
-        if step.norm_fold is not None:
-            # The norms folded into the qkv and gate/up products (the same two sums).
-            x = self.attn(x, k_cache, v_cache, step, residual=x, pre_norm=self.ln1)
-            return self.mlp(x, step, residual=x, pre_norm=self.ln2)
         x = self.attn(norm(self.ln1, x, step), k_cache, v_cache, step, residual=x)  # x + attn(ln1(x))
         return self.mlp(norm(self.ln2, x, step), step, residual=x)                 # x + mlp(ln2(x))
 
@@ -301,8 +273,7 @@ class customModel(nn.Module):
     style: "gpt" (LayerNorm, biases: the course model) or "llama" (RMSNorm, no biases);
     num_kv_heads: the K/V heads (default num_heads; fewer is grouped-query attention).
     fused_decode: decode steps on our fused kernels; fused_prefill: the prefill's RoPE and cache
-    write on one (module docstring); fused_norm: the fused decode folds each norm into the
-    product after it (task5/decode_linear_norm.cuh), instead of a norm kernel. `model.fused_decode` and `model.fused_prefill` switch them
+    write on one (module docstring). `model.fused_decode` and `model.fused_prefill` switch them
     later; both False is the course's path.
     """
 
@@ -310,7 +281,7 @@ class customModel(nn.Module):
                  max_seq_len: int = 4096, attention: str = "custom", *, device=None,
                  dtype: torch.dtype = torch.float32, seed: int = 0, style: str = "gpt",
                  num_kv_heads: int | None = None, fused_decode: bool = True,
-                 fused_prefill: bool = True, fused_norm: bool = True):
+                 fused_prefill: bool = True):
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         for name, value in (("hidden_dim", hidden_dim), ("num_heads", num_heads),
@@ -334,10 +305,6 @@ class customModel(nn.Module):
         self.hidden_dim, self.num_heads, self.num_layers = hidden_dim, num_heads, num_layers
         self.num_kv_heads, self.style, self.fused_decode = num_kv_heads, style, bool(fused_decode)
         self.fused_prefill = bool(fused_prefill)
-        # The fused decode folds each norm into the product after it (no norm kernels); False
-        # runs them on task 5's norm kernel. Folds are made once per weight (_norm_fold).
-        self.fused_norm = bool(fused_norm)
-        self._norm_folds: dict = {}
         self.head_dim = hidden_dim // num_heads
         self.kv_hidden = num_kv_heads * self.head_dim   # features of a cache row
         self.vocab_size, self.max_seq_len = vocab_size, max_seq_len
@@ -468,12 +435,13 @@ class customModel(nn.Module):
         step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=seq_lens - seq,
                         seq_len=seq_lens, rope=self.rope, cos=None, sin=None,
                         fused=decode and self.fused_decode and custom, block_table=table)
-        if step.fused and self.fused_norm:
-            step.norm_fold = self._norm_fold
         x = self.embed(tokens)
         for layer, (k_pages, v_pages) in zip(self.layers, cache.pages, strict=True):
             x = layer(x, k_pages, v_pages, step)
-        return self._head(x, step, last_logits_only)
+        x = norm(self.ln_f, x, step)
+        if last_logits_only:
+            x = x[:, -1:]
+        return linear(self.lm_head, x, step)
 
     # --- the forward pass -------------------------------------------------------------------
 
@@ -506,38 +474,14 @@ class customModel(nn.Module):
         cos, sin = (None, None) if rope_append else self.rope.at(current_pos, seq, self.dtype)
         step = StepInfo(backend=self.attention_backend, decode=decode, current_pos=current_pos,
                         seq_len=current_pos + seq, rope=self.rope, cos=cos, sin=sin, fused=fused,
-                        rope_append=rope_append,
-                        norm_fold=self._norm_fold if fused and self.fused_norm else None)
+                        rope_append=rope_append)
         x = self.embed(tokens)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             x = layer(x, k_cache, v_cache, step)
-        return self._head(x, step, last_logits_only), kv_cache
-
-    def _head(self, x: torch.Tensor, step: StepInfo, last_logits_only: bool) -> torch.Tensor:
-        """lm_head(ln_f(x)), of the last position only if asked (ln_f folded into lm_head's
-        product with step.norm_fold)."""
-        if step.norm_fold is not None:
-            if last_logits_only:
-                x = x[:, -1:].contiguous()
-            return linear(self.lm_head, x, step, pre_norm=self.ln_f)
         x = norm(self.ln_f, x, step)
         if last_logits_only:
             x = x[:, -1:]
-        return linear(self.lm_head, x, step)
-
-    def _norm_fold(self, layer: nn.Linear, pre_norm: nn.Module):
-        """The FoldedNorm of pre_norm into layer's product (task5/fused.py), made on first use
-        and again whenever one of their tensors changed (its version or storage): a CUDA graph
-        captured after the first step finds it made (generate warms up before capturing)."""
-        from task5.fused import fold_norm
-
-        rms = isinstance(pre_norm, nn.RMSNorm)
-        eps = pre_norm.eps if pre_norm.eps is not None else torch.finfo(self.dtype).eps
-        args = (layer.weight, layer.bias, pre_norm.weight, None if rms else pre_norm.bias, eps, rms)
-        found = self._norm_folds.get(id(layer))
-        if found is None or not found.fresh(*args):
-            found = self._norm_folds[id(layer)] = fold_norm(*args)
-        return found
+        return linear(self.lm_head, x, step), kv_cache
 
     # --- input checks: a clear Python error instead of a kernel fault --------------------------
 

@@ -494,9 +494,8 @@ def prefill_flops(model: customModel, batch: int, prompt: int) -> float:
 
 # Which kernels count as which kind in the decode profile (first match wins; demangled names).
 # decode_linear_kernel<T, M, kGated, kSplits>: the SwiGLU kernel has kGated true.
-# decode_linear_norm_kernel: the same products with the norm before them folded in (fused_norm).
-PROFILE_MATCH = (("swiglu", ("decode_linear_kernel<", "decode_linear_norm_kernel<"), ", true, "),
-                 ("linear", ("decode_linear_kernel<", "decode_linear_norm_kernel<"), ""),
+PROFILE_MATCH = (("swiglu", ("decode_linear_kernel<",), ", true, "),
+                 ("linear", ("decode_linear_kernel<",), ""),
                  ("attention", ("decode_split_kernel", "combine_splits_kernel", "decode_grouped_kernel",
                                 "decode_gqa_kernel",
                                 "merge_splits_kernel", "flash_attention"), ""),
@@ -512,11 +511,9 @@ def profile_kind(kernel: str) -> str:
 
 
 @torch.no_grad()
-def decode_profile(model: customModel, prompt: torch.Tensor, steps: int = PROFILE_STEPS,
-                   other: dict | None = None) -> dict:
+def decode_profile(model: customModel, prompt: torch.Tensor, steps: int = PROFILE_STEPS) -> dict:
     """GPU time of one decode step by kind of kernel (PROFILE_KINDS): {kind: {us_per_step,
-    kernels_per_step}}; `other`, if given, receives {kernel: (us_per_step, kernels_per_step)}
-    for the kernels counted as "other" (what that row holds). Eager steps with the position as a device tensor, as the graph runs
+    kernels_per_step}}. Eager steps with the position as a device tensor, as the graph runs
     them (a kernel takes the same GPU time in a graph; only the launch gaps differ)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -546,21 +543,14 @@ def decode_profile(model: customModel, prompt: torch.Tensor, steps: int = PROFIL
         for kind in (profile_kind(event.key), "total"):
             found[kind]["us_per_step"] += us / steps
             found[kind]["kernels_per_step"] += event.count / steps
-        if other is not None and profile_kind(event.key) == "other":
-            us_before, count_before = other.get(event.key, (0.0, 0.0))
-            other[event.key] = (us_before + us / steps, count_before + event.count / steps)
     return found
 
 
-def format_profile(dtype: str, profile: dict, other: dict | None = None) -> str:
+def format_profile(dtype: str, profile: dict) -> str:
     lines = [f"[task6] {dtype}: one decode step by kind of kernel (fused decode, torch.profiler)"]
     for kind, label in PROFILE_KINDS:
         f = profile[kind]
         lines.append(f"    {label:48s} {f['us_per_step']:9.1f} us  {f['kernels_per_step']:6.1f} kernels")
-    if other:
-        lines.append("  the kernels counted as everything else:")
-        for name, (us, count) in sorted(other.items(), key=lambda item: -item[1][0]):
-            lines.append(f"    {us:9.1f} us  {count:6.1f} x  {name[:110]}")
     return "\n".join(lines)
 
 
@@ -622,8 +612,7 @@ def _course_one(cfg: Config, name: str, device, gen,
     _, ours_eager = run(model, "custom", graph=False, warmup=True)
     with fused_kernels(model, False):   # the course's path, for comparison
         _, unfused = run(model, "custom", graph=True, warmup=True)
-    other_kernels: dict = {}
-    profile = decode_profile(model, prompt, other=other_kernels)
+    profile = decode_profile(model, prompt)
     torch_tokens, torch_eager = run(model, "torch", graph=False, warmup=True)
     try:   # an extra peer (the issue compares with the eager PyTorch path): never fatal
         _, torch_graph = run(model, "torch", graph=True, warmup=False)
@@ -659,7 +648,7 @@ def _course_one(cfg: Config, name: str, device, gen,
     if not config:
         metrics.update({profile_metric(name, kind, field): v
                         for kind, fields in profile.items() for field, v in fields.items()})
-    print(format_profile(name, profile, other_kernels))
+    print(format_profile(name, profile))
     print(f"[task6] {name}: TTFT {m[TTFT_MS]:.1f} ms (prefill FLOPs at {matmul_tflops:.1f} TFLOP/s: "
           f"{prefill_roofline_ms:.1f} ms, {m['ttft_over_roofline']:.2f}x)\n"
           f"[task6] {name}: TBT {m[TBT_MS]:.3f} ms (weights {weight_bytes / 1e9:.2f} GB at "

@@ -324,30 +324,16 @@ class FakeKernels:
         self.calls.append("rope_append")
         return torch_ops().rope_append(q, k, v, k_cache, v_cache, cos, sin, current_pos).contiguous()
 
-    def decode_swiglu(self, x, weight, bias=None, residual=None, norm=None):
+    def decode_swiglu(self, x, weight, bias=None, residual=None):
         assert x.numel() // x.shape[-1] <= 8 and weight.shape[0] % 2 == 0
-        if norm is not None:
-            self.calls.append("decode_swiglu+norm")
-            return self._with_norm(x, weight, bias, residual, norm, gated=True)
         self.calls.append("decode_swiglu")
         return torch_ops().decode_swiglu(x, weight, bias, residual)
 
-    def decode_linear(self, x, weight, bias=None, residual=None, norm=None):
-        # Only in decode steps (a few rows); not logged without a norm, so `calls` lists the
-        # attention only.
+    def decode_linear(self, x, weight, bias=None, residual=None):
+        # Only in decode steps (a few rows); not logged, so `calls` lists the attention only.
         assert x.numel() // x.shape[-1] <= 8 and x.shape[-1] == weight.shape[1]
-        if norm is not None:
-            self.calls.append("decode_linear+norm")
-            return self._with_norm(x, weight, bias, residual, norm, gated=False)
         out = F.linear(x, weight, bias)
         return out if residual is None else out + residual
-
-    @staticmethod
-    def _with_norm(x, weight, bias, residual, norm, gated):
-        from task5.fused import FoldedNorm, torch_linear_norm
-        assert isinstance(norm, FoldedNorm) and norm.fresh(weight, bias, *norm.norm_args())
-        assert x.is_contiguous()
-        return torch_linear_norm(x, weight, bias, residual, *norm.norm_args(), gated=gated)
 
 
 @pytest.fixture
@@ -381,24 +367,10 @@ def test_custom_branch_calls_the_kernels_as_documented(fake_kernels):
 
 
 def test_fused_decode_calls_the_fused_kernels(fake_kernels):
-    """The default decode on our kernels: per layer the qkv product with ln1 folded in, RoPE +
-    cache append, the decode, SwiGLU with ln2 folded in (plus lm_head with ln_f folded in); the
-    default prefill: RoPE + cache append, then the attention over the cache."""
+    """The default decode on our kernels: per layer one norm, RoPE + cache append, the
+    decode, one norm, SwiGLU (plus the final norm); the default prefill: RoPE + cache append,
+    then the attention over the cache (fused_prefill=False: the course's prefill)."""
     model = tiny_model()
-    _custom_generation_matches_torch(model)
-    per_layer = TINY.layers
-    assert fake_kernels.calls[:2 * per_layer] == ["rope_append", "flash_attention"] * per_layer
-    step = ["decode_linear+norm", "rope_append", "decode_attention", "decode_swiglu+norm"] * per_layer
-    assert fake_kernels.calls[2 * per_layer:] == (step + ["decode_linear+norm"]) * 4
-    # One fold per product after a norm, made once and kept across the steps.
-    assert len(model._norm_folds) == 2 * per_layer + 1
-
-
-def test_fused_decode_without_the_norm_fold_calls_the_norm_kernels(fake_kernels):
-    """fused_norm=False: per layer one norm, RoPE + cache append, the decode, one norm, SwiGLU
-    (plus the final norm)."""
-    model = tiny_model()
-    model.fused_norm = False
     _custom_generation_matches_torch(model)
     per_layer = TINY.layers
     assert fake_kernels.calls[:2 * per_layer] == ["rope_append", "flash_attention"] * per_layer
