@@ -207,8 +207,12 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     for (int s = 0; s < Cfg::kStages; ++s) {
       hopper_attn::mbarrier_init(smem + L::bar_q_full + 8 * s, 1);
       hopper_attn::mbarrier_init(smem + L::bar_do_full + 8 * s, 1);
-      // Released by lane 0 of every consumer warp once its last wgmma reading the stage is done.
-      hopper_attn::mbarrier_init(smem + L::bar_empty + 8 * s, 4 * Cfg::kConsumers);
+      // Released by every consumer thread once its last wgmma reading the stage is done and its
+      // own reads of the stage's lse2 and D are behind it (each thread's arrive orders its reads
+      // before the producer's next bulk copy: what compute-sanitizer's racecheck follows; with
+      // one lane's arrive per warp it reported the copy racing those reads, as it did for the
+      // forward's v7, results/logs/h100_racecheck_v7_pattern_probe.log).
+      hopper_attn::mbarrier_init(smem + L::bar_empty + 8 * s, 128 * Cfg::kConsumers);
     }
     hopper_attn::mbarrier_init_fence();
   }
@@ -346,7 +350,7 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     fence_registers(dk);
     fence_registers(dv);
     fence_registers(ds_t);
-    if (lane == 0) hopper_attn::mbarrier_arrive(smem + L::bar_empty + 8 * stage);
+    hopper_attn::mbarrier_arrive(smem + L::bar_empty + 8 * stage);
   }
 
   // Epilogue: dK * scale and dV, rounded, rows < S_k and columns < head_dim.
