@@ -52,13 +52,12 @@ torch::Tensor tma_ready(const torch::Tensor& t) {
   return ok ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
-// How the kernel adds dQ into dq_accum (flash_backward_hopper_kernel.cuh, kReduceDq, step 6):
-// ATTN_BWD_WGMMA_DQ, read on every call (attn::env_choice) so that one process can time both:
-// unset, empty or "reduce", rung b3 (the consumers stage their block in shared memory and a
-// producer warp adds it with bulk reduce-adds); "atomic", rung b2 (float2 atomics from the
-// consumers' registers).
-bool reduce_dq_from_env() {
-  return attn::env_choice("ATTN_BWD_WGMMA_DQ", {"reduce", "atomic"}, 0) == 0;
+// Where the head-dim-128 kernel issues dV (flash_backward_hopper_kernel.cuh, kEarlyDv):
+// ATTN_BWD_WGMMA_DV, read on every call (attn::env_choice) so that one process can time both:
+// unset, empty or "after_ds", after dS is stored (FlashAttention-3's order); "early", right
+// after P^T, before waiting for dP^T. Head dim 64 has the first only.
+bool early_dv_from_env() {
+  return attn::env_choice("ATTN_BWD_WGMMA_DV", {"after_ds", "early"}, 0) == 1;
 }
 
 }  // namespace
@@ -68,7 +67,7 @@ bool reduce_dq_from_env() {
 // dense or causal (bottom-right for S_q != S_k), `scale` the softmax scale (None: 1/sqrt(D)).
 // D a multiple of 8 from 64 to 128. Returns {dq, dk, dv}, new contiguous tensors in q's dtype,
 // dk and dv summed over each KV head's query group. dQ by atomics (the last bits change from run
-// to run, atomics or bulk reduce-adds alike; dk and dv do not).
+// to run; dk and dv do not).
 std::vector<torch::Tensor> flash_attention_backward_hopper(torch::Tensor q, torch::Tensor k, torch::Tensor v,
                                                            torch::Tensor out, torch::Tensor lse,
                                                            torch::Tensor d_out, bool causal,
@@ -166,18 +165,18 @@ std::vector<torch::Tensor> flash_attention_backward_hopper(torch::Tensor q, torc
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const bool fp16 = q.scalar_type() == torch::kHalf;
-  const bool reduce_dq = reduce_dq_from_env();
+  const bool early_dv = early_dv_from_env();
   const char* error;
   if (padded_dim == 64) {
-    error = fp16 ? hopper_bwd::launch_backward_hopper<__half, 64>(p, hp, map_q, map_k, map_v, map_do, reduce_dq,
+    error = fp16 ? hopper_bwd::launch_backward_hopper<__half, 64>(p, hp, map_q, map_k, map_v, map_do, early_dv,
                                                                   stream)
                  : hopper_bwd::launch_backward_hopper<__nv_bfloat16, 64>(p, hp, map_q, map_k, map_v, map_do,
-                                                                         reduce_dq, stream);
+                                                                         early_dv, stream);
   } else {
-    error = fp16 ? hopper_bwd::launch_backward_hopper<__half, 128>(p, hp, map_q, map_k, map_v, map_do, reduce_dq,
+    error = fp16 ? hopper_bwd::launch_backward_hopper<__half, 128>(p, hp, map_q, map_k, map_v, map_do, early_dv,
                                                                    stream)
                  : hopper_bwd::launch_backward_hopper<__nv_bfloat16, 128>(p, hp, map_q, map_k, map_v, map_do,
-                                                                          reduce_dq, stream);
+                                                                          early_dv, stream);
   }
   TORCH_CHECK(error == nullptr, attn::str("flash_attention_backward_hopper could not launch: ", error ? error : "",
               "."));

@@ -25,12 +25,8 @@
 //   issue_dv / dk     dV += P^T dO, dK += dS^T Q (rs wgmma: P^T and dS^T never leave registers);
 //   store_ds          dS^T from registers into the [queries][keys] dS tile (stmatrix .trans);
 //   issue_dq          dQ block = dS K (ss wgmma over the CTA's 128 keys);
-//   add_dq            the dQ block into the fp32 dq_accum by float2 atomics (rung b2's dQ path;
-//                     the existing convert pass scales and rounds it);
-//   stage_dq,         rung b3's dQ path (FlashAttention-3's store_dq): a consumer writes its
-//   reduce_dq_block   block into its fp32 staging in shared memory and a producer warp adds it
-//                     into dq_accum with 1-D bulk reduce-adds (cp.reduce.async.bulk .add.f32),
-//                     handshaking through named barriers (dQ full / dQ empty per consumer).
+//   add_dq            the dQ block into the fp32 dq_accum by float2 atomics (the ladder's first
+//                     dQ path; the existing convert pass scales and rounds it).
 // Masking, the walk over query tiles, the epilogue and the host side are the kernel file's;
 // the variants beyond causal are the design's later rungs.
 //
@@ -126,21 +122,16 @@ struct BwdTile {
 // what a descriptor reads, K-major or MN-major. dS is [kBlockM queries][kBlockN keys] in the
 // same layout (keys are its columns). lse2 and D are kBlockM floats per stage (the 1-D bulk
 // copy: 16-byte aligned, hence a preprocess writing them padded per (batch, head) to a
-// multiple of kBlockM rows, FlashAttention-3's seqlen_q_rounded). dq is rung b3's fp32 dQ
-// staging, one 64 x 64 block per consumer (single-buffered: a double buffer would not fit),
-// its rows padded from 256 to kDqRowBytes = 288 bytes: each row leaves by one 1-D bulk
-// reduce-add (the 256 bytes of that row's 64 columns are contiguous in dq_accum, so the
-// padding is free), and 72 words per row put the 4 rows of a half-warp's float2 stores 8 banks
-// apart (dq_stage_is_conflict_free below); unpadded, 4 rows would share banks. The atomic path
-// (rung b2) leaves it unused.
+// multiple of kBlockM rows, FlashAttention-3's seqlen_q_rounded). dq is the fp32 staging of
+// the ladder's TMA reduce-add rung (2 x 64 x 64 floats, one 16 KB block per consumer),
+// budgeted now so that the final layout is known to fit. dK and dV leave through K's and V's
+// buffers after the walk (a consumer barrier first: dQ reads all of K until the last step).
 template <typename Cfg>
 struct BwdSmem {
   static constexpr int kTileK = Cfg::kBlockN * Cfg::kHeadDim * 2;   // K or V
   static constexpr int kTileQ = Cfg::kBlockM * Cfg::kHeadDim * 2;   // one stage of Q or dO
   static constexpr int kTileDs = Cfg::kBlockM * Cfg::kBlockN * 2;   // one stage of dS
-  static constexpr int kDqRowBytes = 64 * 4 + 32;                    // a padded staging row
-  static constexpr int kDqBlockBytes = 64 * kDqRowBytes;             // one consumer's block
-  static constexpr int kTileDq = Cfg::kConsumers * kDqBlockBytes;    // fp32 dQ staging
+  static constexpr int kTileDq = Cfg::kBlockM * Cfg::kHeadDim * 4;  // fp32 dQ staging
   static constexpr int kRowStats = Cfg::kBlockM * 4;                // lse2 or D, one stage
 
   static constexpr int k = 0;
@@ -167,16 +158,15 @@ struct BwdSmem {
   static_assert(k % 1024 == 0 && v % 1024 == 0 && q % 1024 == 0 && dout % 1024 == 0 &&
                     ds % 1024 == 0 && kTileQ % 1024 == 0 && kTileDs % 1024 == 0,
                 "16-bit tiles on 1024-byte boundaries (the 128-byte swizzle's period)");
-  static_assert(lse2 % 16 == 0 && delta % 16 == 0 && kRowStats % 16 == 0 && dq % 16 == 0 &&
-                    kDqRowBytes % 16 == 0 && kDqBlockBytes % 16 == 0,
+  static_assert(lse2 % 16 == 0 && delta % 16 == 0 && kRowStats % 16 == 0,
                 "bulk copies need 16-byte aligned, 16-byte multiple buffers");
   static_assert(bar_kv % 8 == 0, "mbarriers are 8-byte aligned");
   static_assert(kBytes <= kMaxSmemBytes, "the backward's shared memory must fit one H100 CTA");
-  // The numbers the design quotes (task4/NOTES.md): 198 KB at D 128, 199 KB at D 64.
-  static_assert(Cfg::kHeadDim != 128 || kBytes == 2 * 32768 + 2 * 16384 * 2 + 2 * 16384 + 2 * 18432 + 4 * 256 + 56 + 1024,
-                "D 128: K, V 32 KB each; Q, dO 2 x 16 KB each; dS 2 x 16 KB; dQ 2 x 18 KB; lse2, D 2 x 256 B each");
-  static_assert(Cfg::kHeadDim != 64 || kBytes == 2 * 16384 + 2 * 16384 * 2 + 2 * 32768 + 2 * 18432 + 4 * 512 + 56 + 1024,
-                "D 64: K, V 16 KB each; Q, dO 2 x 16 KB each; dS 2 x 32 KB; dQ 2 x 18 KB; lse2, D 2 x 512 B each");
+  // The numbers the design quotes (task4/NOTES.md): 194 KB at D 128 and at D 64.
+  static_assert(Cfg::kHeadDim != 128 || kBytes == 2 * 32768 + 2 * 16384 * 2 + 2 * 16384 + 32768 + 4 * 256 + 56 + 1024,
+                "D 128: K, V 32 KB each; Q, dO 2 x 16 KB each; dS 2 x 16 KB; dQ 32 KB; lse2, D 2 x 256 B each");
+  static_assert(Cfg::kHeadDim != 64 || kBytes == 2 * 16384 + 2 * 16384 * 2 + 2 * 32768 + 32768 + 4 * 512 + 56 + 1024,
+                "D 64: K, V 16 KB each; Q, dO 2 x 16 KB each; dS 2 x 32 KB; dQ 32 KB; lse2, D 2 x 512 B each");
 };
 
 // ---------------------------------------------------------------------------------------
@@ -272,33 +262,6 @@ constexpr bool ds_store_steps_by_16_rows() {
   return true;
 }
 
-// The dQ staging (stage_dq below): register 4c + 2h + e of the block is row 16w + g + 8h,
-// column 8c + 2q + e (lane 4g + q), stored as a float2 at byte row * kDqRowBytes + 4 (8c + 2q).
-// 8-byte stores run in two phases of 16 lanes; the 16 float2 of a phase must cover the 32
-// banks once each.
-template <typename Cfg>
-__host__ __device__ constexpr int dq_stage_offset(int warp, int lane, int c, int h) {
-  const int row = 16 * warp + lane / 4 + 8 * h;
-  return row * BwdSmem<Cfg>::kDqRowBytes + 4 * (8 * c + 2 * (lane % 4));
-}
-
-template <typename Cfg>
-constexpr bool dq_stage_is_conflict_free() {
-  for (int w = 0; w < 4; ++w)
-    for (int c = 0; c < 8; ++c)
-      for (int h = 0; h < 2; ++h)
-        for (int phase = 0; phase < 2; ++phase) {
-          unsigned long long seen = 0;
-          for (int l = 16 * phase; l < 16 * phase + 16; ++l) {
-            const int word = dq_stage_offset<Cfg>(w, l, c, h) / 4;
-            seen |= 1ull << (word % 32);
-            seen |= 1ull << ((word + 1) % 32);
-          }
-          if (seen != 0xFFFFFFFFull) return false;
-        }
-  return true;
-}
-
 template <typename Cfg>
 struct BwdLayoutProofs {
   // S^T = K_c Q^T and dP^T = V_c dO^T: each consumer's 64 rows of K / V (A, K-major) ...
@@ -322,7 +285,6 @@ struct BwdLayoutProofs {
   static_assert(ds_store_writes_the_layout<Cfg>(), "stmatrix.trans of dS^T must write dS's layout");
   static_assert(ds_store_is_conflict_free<Cfg>(), "stmatrix.trans of dS^T: one wavefront per matrix");
   static_assert(ds_store_steps_by_16_rows<Cfg>(), "stmatrix.trans of dS^T: k-steps 2048 bytes apart");
-  static_assert(dq_stage_is_conflict_free<Cfg>(), "the dQ staging: one wavefront per 16-lane phase");
   static constexpr bool kProved = true;
 };
 
@@ -355,54 +317,6 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, ui
 __device__ __forceinline__ void consumers_barrier_sync() {
   asm volatile("bar.sync 8, 256;\n" ::: "memory");
 }
-
-// Rung b3's handshake per consumer c (its 128 threads and the 32 of producer warp 1):
-// "dQ full" (id kBarDqFull + c: the consumer's block is in its staging; the consumer arrives,
-// the producer warp waits) and "dQ empty" (id kBarDqEmpty + c: the bulk reduce-adds have read
-// the staging; the producer warp arrives, the consumer waits before writing it again).
-// Ids 9..12: none of the kernel's others (0, 8).
-constexpr int kBarDqFull = 9;
-constexpr int kBarDqEmpty = 11;
-constexpr int kDqBarrierThreads = 128 + 32;
-static_assert(kBarDqFull == 9 && kBarDqEmpty == 11 && kDqBarrierThreads == 160 && BwdTile<64>::kConsumers == 2 &&
-                  BwdTile<128>::kConsumers == 2,
-              "the immediates of dq_full_* / dq_empty_* below: ids 9, 10 / 11, 12, 160 threads, 2 consumers");
-
-// `consumer` is warp-uniform; the ids stay immediates (a register id makes ptxas reserve all 16
-// barriers).
-__device__ __forceinline__ void dq_full_arrive(int consumer) {
-  if (consumer == 0) asm volatile("bar.arrive 9, 160;\n" ::: "memory");
-  else asm volatile("bar.arrive 10, 160;\n" ::: "memory");
-}
-__device__ __forceinline__ void dq_full_wait(int consumer) {
-  if (consumer == 0) asm volatile("bar.sync 9, 160;\n" ::: "memory");
-  else asm volatile("bar.sync 10, 160;\n" ::: "memory");
-}
-__device__ __forceinline__ void dq_empty_arrive(int consumer) {
-  if (consumer == 0) asm volatile("bar.arrive 11, 160;\n" ::: "memory");
-  else asm volatile("bar.arrive 12, 160;\n" ::: "memory");
-}
-__device__ __forceinline__ void dq_empty_wait(int consumer) {
-  if (consumer == 0) asm volatile("bar.sync 11, 160;\n" ::: "memory");
-  else asm volatile("bar.sync 12, 160;\n" ::: "memory");
-}
-
-// 1-D bulk reduce-add shared -> global: dst[i] += src[i] for bytes / 4 floats, both addresses
-// 16-byte aligned, bytes a multiple of 16; tracked by the executing thread's bulk groups
-// [ptx: cp.reduce.async.bulk].
-__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, uint32_t smem_src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
-                   reinterpret_cast<uint64_t>(gmem_dst)),
-               "r"(smem_src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// The thread's bulk groups have read their sources (shared memory may be written again).
-__device__ __forceinline__ void bulk_wait_group_read_0() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-// ... and completed their writes.
-__device__ __forceinline__ void bulk_wait_group_0() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // ---------------------------------------------------------------------------------------
 // The producer: one thread, one step
@@ -623,43 +537,6 @@ __device__ __forceinline__ void add_dq(const float (&dq)[Cfg::kRegsDq], float* d
     for (int c = 0; c < 8; ++c)
       atomicAdd(reinterpret_cast<float2*>(row + 8 * c + 2 * q), make_float2(dq[4 * c + 2 * h], dq[4 * c + 2 * h + 1]));
   }
-}
-
-// Rung b3, the consumer's half: the dQ block into this consumer's staging (row-major, rows of
-// kDqRowBytes: dq_stage_offset), 16 float2 stores per thread without bank conflicts. The
-// caller has waited on "dQ empty" (from the second step on) and then fences the async proxy
-// and arrives on "dQ full".
-template <typename Cfg>
-__device__ __forceinline__ void stage_dq(const float (&dq)[Cfg::kRegsDq], uint32_t smem, int consumer, int warp,
-                                         int lane) {
-  const uint32_t block = smem + BwdSmem<Cfg>::dq + consumer * BwdSmem<Cfg>::kDqBlockBytes;
-  const uint32_t at = block + dq_stage_offset<Cfg>(warp, lane, 0, 0);
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int c = 0; c < 8; ++c)
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at + (8 * h * BwdSmem<Cfg>::kDqRowBytes + 32 * c)),
-                   "f"(dq[4 * c + 2 * h]), "f"(dq[4 * c + 2 * h + 1])
-                   : "memory");
-}
-
-// Rung b3, producer warp 1's half: consumer c's staged block added into dq_accum (`dq_step_rows`:
-// the step's first query row, row-major, Cfg::kHeadDim floats per row) at the block's rows
-// 64 (c / kDqColumnGroups) and columns 64 (c % kDqColumnGroups): one 256-byte bulk reduce-add
-// per row, lane l issuing rows l and l + 32, then one commit group per lane. The caller waits
-// (bulk_wait_group_read_0) before handing the staging back.
-template <typename Cfg>
-__device__ __forceinline__ void reduce_dq_block(uint32_t smem, int consumer, float* dq_step_rows, int lane) {
-  const int row_group = consumer / Cfg::kDqColumnGroups;
-  const int column_group = consumer % Cfg::kDqColumnGroups;
-  const uint32_t block = smem + BwdSmem<Cfg>::dq + consumer * BwdSmem<Cfg>::kDqBlockBytes;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = lane + 32 * half;
-    bulk_reduce_add_f32(dq_step_rows + static_cast<int64_t>(64 * row_group + row) * Cfg::kHeadDim + 64 * column_group,
-                        block + row * BwdSmem<Cfg>::kDqRowBytes, 64 * 4);
-  }
-  bulk_commit_group();
 }
 
 }  // namespace hopper_bwd

@@ -1,9 +1,7 @@
 // Beyond the course (issue 33): the FlashAttention backward on wgmma for Hopper (sm_90a), fp16
 // and bf16, head dims 64 and 128: rung b2 of task4/NOTES.md's ladder ("A wgmma backward for
-// sm_90 (design)"), the kernel its building blocks (flash_backward_hopper.cuh) were made for,
-// and rung b3 (dQ off the consumers) behind a per-call switch (kReduceDq, below). Rung b2 was
-// run on an H100 (results/logs/h100_s8_bwd_wgmma/); rung b3 is compile-checked, not yet run
-// on a GPU when written.
+// sm_90 (design)"), the kernel its building blocks (flash_backward_hopper.cuh) were made for.
+// Compile-checked; not yet run on a GPU when written.
 //
 // The idea. The mma.sync backward (flash_backward_mma_2d.cuh) feeds every product through
 // ldmatrix into registers and stalls on those loads. Here every product is a wgmma reading
@@ -20,7 +18,7 @@
 // flight together, at most 192 accumulator registers per thread either way). Q + lse2 and
 // dO + D arrive by TMA and 1-D bulk copies in two stages (full / empty mbarriers); dS is
 // double-buffered so that one named barrier of the 256 consumer threads per step suffices.
-// 198 KB of shared memory at D 128, 199 KB at D 64 (the dQ staging included), one CTA per SM.
+// 194 KB of shared memory, one CTA per SM.
 //
 // One step of consumer c (the design's protocol, numbered as there):
 //   1. wait Q-full, issue S^T; wait dO-full, issue dP^T (two commit groups)
@@ -31,22 +29,11 @@
 //      before the wait changed nothing, since the reordering is ptxas's, not the front end's.)
 //   3. pack both to 16 bits; dS^T into dS[step % 2] by stmatrix.trans
 //   4. issue dV += P^T dO; fence.proxy.async; named barrier (both consumers' dS are in)
-//      (FlashAttention-3's order. Rung b2 also had a head-dim-128 variant issuing dV before
-//      the wait for dP^T, ATTN_BWD_WGMMA_DV=early; it timed no faster on the H100 but in one
-//      case, results/logs/h100_s8_bwd_wgmma/bwd_ab.log, and was dropped with rung b3.)
+//      (kEarlyDv, head dim 128 only, ATTN_BWD_WGMMA_DV=early: dV issued in step 2 right after
+//      P^T, before waiting for dP^T, so that the exp2 overlap dP^T and dV overlaps dS^T's
+//      math; FlashAttention-3 issues dV after storing dS, as the default here does)
 //   5. issue dQ block = dS K (ss, 64 x 64 over the CTA's 128 keys), then dK += dS^T Q
-//   6. wait<1>: dV and dQ are done: dQ out, one of two ways (kReduceDq):
-//      b2 (ATTN_BWD_WGMMA_DQ=atomic): 16 float2 atomics (RED.ADD) per thread into the fp32
-//         dq_accum, straight from the registers. On the H100 these flooded the LSU queue
-//         (ncu: stall_lg_throttle, results/logs/h100_s8_bwd_wgmma/ncu_bwd_m_wgmma.txt) while
-//         the consumer should be issuing its next wgmma.
-//      b3 (ATTN_BWD_WGMMA_DQ=reduce, the default; FlashAttention-3's dQacc_use_TMA / store_dq):
-//         "dQ empty" waited for in step 1 (from the second step on: producer warp 1 has read
-//         the last step's block out of the staging), the block into the consumer's fp32 staging
-//         in shared memory (16 conflict-free st.shared.v2), fence.proxy.async, arrive "dQ full";
-//         producer warp 1 then adds it into dq_accum with 64 bulk reduce-adds of one 256-byte
-//         row each (the TMA unit does the read-modify-write in L2), waits until they have read
-//         the staging (wait_group.read) and arrives "dQ empty". The consumer goes on at once.
+//   6. wait<1>: dV and dQ are done: dQ into the fp32 dq_accum by float2 atomics
 //   7. wait<0>: dK is done: each warp's lane 0 releases the stage (empty mbarrier)
 // After the walk: dK * scale and dV rounded and stored straight from the accumulators (4-byte
 // stores of column pairs; keys past S_k and columns past head_dim are not stored).
@@ -70,8 +57,7 @@
 // Scope (the router, task4/backward.py, sends everything else to the mma.sync kernels): fp16
 // and bf16, head dims 64 and 128 (72..120 on the 128 tile: the TMA zero-fills columns past
 // head_dim), dense or causal (bottom-right for S_q != S_k), GQA / MQA, any S_q and S_k, a
-// softmax scale; not deterministic (dQ by atomics or bulk reduce-adds: the order of the adds
-// into dq_accum varies from run to run). No window, key lengths, mask tensor,
+// softmax scale; not deterministic (dQ by atomics). No window, key lengths, mask tensor,
 // stride or softcap.
 //
 // Preprocess: the mma.sync backward's (flash_backward_mma.cuh, backward_preprocess_mma_kernel:
@@ -175,11 +161,11 @@ __device__ __forceinline__ void store_gradient(const DkvAcc<Cfg>& acc, float fac
   }
 }
 
-// kReduceDq: rung b3's dQ path (step 6 above), else b2's atomics. grid (ceil(S_k / 128), B * H_kv),
+// kEarlyDv: the order of step 4 (above). grid (ceil(S_k / 128), B * H_kv),
 // BwdTile<kHeadDim>::kThreads threads, BwdSmem<Cfg>::kBytes of dynamic shared memory. map_q /
 // map_do: [B, H_q, S_q, D] with kBlockM-row boxes; map_k / map_v: [B, H_kv, S_k, D] with
 // 128-row boxes (64-column boxes, 128-byte swizzle: hopper_tensor_map.h's make_tensor_map).
-template <typename Element, int kHeadDim, bool kReduceDq>
+template <typename Element, int kHeadDim, bool kEarlyDv>
 __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     flash_backward_hopper_kernel(const BwdHopperParams p, const __grid_constant__ CUtensorMap map_q,
                                  const __grid_constant__ CUtensorMap map_k,
@@ -189,6 +175,8 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
   using Cfg = BwdTile<kHeadDim>;
   using L = BwdSmem<Cfg>;
   static_assert(BwdLayoutProofs<Cfg>::kProved, "descriptor / layout proofs");
+  static_assert(!kEarlyDv || kHeadDim == 128, "the early dV holds P^T's fragments beside S^T and dP^T: "
+                                              "ptxas spilled 48 bytes at head dim 64");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The tiles need 1024-byte alignment (the swizzle's period); the budget has the slack.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -216,40 +204,12 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     }
     hopper_attn::mbarrier_init_fence();
   }
-  __syncthreads();  // the last CTA-wide barrier: after the role split only named barriers (the
-                    // consumers' id 8; with kReduceDq the dQ handshake, 9..12) and mbarriers
+  __syncthreads();  // the last CTA-wide barrier: after the role split only named barriers of
+                    // the consumers (id 8) and mbarriers are used
 
   if (warpgroup == 0) {
-    // ---- producer: warp 0's one thread issues every load; warp 1 (kReduceDq) the dQ adds ----
-    // (setmaxnreg is one budget per warpgroup: warp 1 runs on the same 24 registers.)
+    // ---- producer: one thread issues every copy ----
     hopper_attn::setmaxnreg_dec<Cfg::kProducerRegs>();
-    const int producer_warp = __shfl_sync(0xffffffffu, tid / 32, 0);
-    if constexpr (kReduceDq) {
-      if (producer_warp == 1) {
-        // FlashAttention-3's store_dq. Per step (the consumers' walk, so the counts agree) and
-        // consumer c: wait "dQ full c", the block's 64 rows into dq_accum, wait until the bulk
-        // copies have read the staging, arrive "dQ empty c" unless it was the last step (the
-        // consumer waits on it only before a next step's write: every arrival is matched).
-        const int lane = tid % 32;
-        QueryStepCursor cursor{-1, 0, 0};
-        bool more = cursor.advance<Cfg>(p, batch, kv_head, kv_start);
-        while (more) {
-          const int head = kv_head * p.kv_group + cursor.group;
-          float* dq_rows = p.dq_accum + ((static_cast<int64_t>(batch) * p.heads + head) * p.seq_q_pad + cursor.row0) *
-                                            Cfg::kHeadDim;
-          more = cursor.advance<Cfg>(p, batch, kv_head, kv_start);
-#pragma unroll
-          for (int c = 0; c < Cfg::kConsumers; ++c) {
-            dq_full_wait(c);
-            reduce_dq_block<Cfg>(smem, c, dq_rows, lane);
-            bulk_wait_group_read_0();
-            if (more) dq_empty_arrive(c);
-          }
-        }
-        bulk_wait_group_0();  // the adds are complete before the warp (and then the CTA) exits
-        return;
-      }
-    }
     if (tid == 0) {
       const uint32_t bar_kv = smem + L::bar_kv;
       hopper_attn::mbarrier_arrive_expect_tx(bar_kv, L::kBytesKv);
@@ -262,7 +222,7 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
         produce_step<Cfg>(smem, step, &map_q, &map_do, p.lse2 + rows, p.delta + rows, cursor.row0, head, batch);
       }
     }
-    return;  // no barrier counts producer warps 0, 2, 3, and no CTA-wide barrier follows
+    return;  // no named barrier counts the producer, and no CTA-wide barrier follows
   }
 
   // ---- consumers: 64 keys each ----
@@ -289,11 +249,6 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     issue_st<Element, Cfg>(st, smem, consumer, stage);
     hopper_attn::mbarrier_wait(smem + L::bar_do_full + 8 * stage, parity);
     issue_dpt<Element, Cfg>(dpt, smem, consumer, stage);
-    // kReduceDq: the staging is free again once producer warp 1 has read the previous step's
-    // block out of it. Waited for here, while S^T and dP^T compute, not in step 6: there, with
-    // the dQ block live, ptxas spilled 8 bytes at head dim 64.
-    if constexpr (kReduceDq)
-      if (step > 0) dq_empty_wait(consumer);
 
     // 2. The mask and P^T while dP^T computes, then dS^T.
     hopper_attn::wgmma_wait<1>();
@@ -303,13 +258,21 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     probabilities<Cfg>(st, reinterpret_cast<const float*>(smem_ptr + L::lse2 + stage * L::kRowStats),
                        p.scale_log2, lane);
     ScoreFragments<Cfg> p_t, ds_t;
-    hopper_attn::wgmma_wait<0>();
+    if constexpr (kEarlyDv) {
+      // dV issued now (its operands are P^T and dO, both here): the exp2 must finish before
+      // the issue, i.e. while dP^T computes, and dV runs while dS^T is formed and stored.
+      pack_fragments<Element, Cfg>(p_t, st);
+      issue_dv<Element, Cfg>(dv, p_t, smem, stage);
+      hopper_attn::wgmma_wait<1>();  // dP^T is in (groups retire in order; dV may still run)
+    } else {
+      hopper_attn::wgmma_wait<0>();
+    }
     fence_registers(dpt);
     score_gradients<Cfg>(dpt, st, reinterpret_cast<const float*>(smem_ptr + L::delta + stage * L::kRowStats),
                          lane);
 
     // 3. 16-bit fragments; dS into its stage.
-    pack_fragments<Element, Cfg>(p_t, st);
+    if constexpr (!kEarlyDv) pack_fragments<Element, Cfg>(p_t, st);
     pack_fragments<Element, Cfg>(ds_t, dpt);
     const int ds_stage = step % Cfg::kStagesDs;
     {
@@ -319,8 +282,8 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
       store_ds<Cfg>(ds_t, smem, ds_stage, consumer, (fresh / 32) % 4, fresh % 32);
     }
 
-    // 4. dV, then both consumers' dS published to the async proxy.
-    issue_dv<Element, Cfg>(dv, p_t, smem, stage);
+    // 4. dV (unless issued early), then both consumers' dS published to the async proxy.
+    if constexpr (!kEarlyDv) issue_dv<Element, Cfg>(dv, p_t, smem, stage);
     hopper_attn::fence_proxy_async();
     consumers_barrier_sync();
 
@@ -333,17 +296,9 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     hopper_attn::wgmma_wait<1>();
     fence_registers(dq);
     fence_registers(p_t);
-    if constexpr (kReduceDq) {
-      // Into the staging (step 1 waited until producer warp 1 had read the last block out).
-      const int fresh = mma_attn::thread_index_fresh();
-      stage_dq<Cfg>(dq, smem, consumer, (fresh / 32) % 4, fresh % 32);
-      hopper_attn::fence_proxy_async();  // generic-proxy stores, read next by the bulk copies
-      dq_full_arrive(consumer);
-    } else {
-      float* dq_rows = p.dq_accum + ((static_cast<int64_t>(batch) * p.heads + head) * p.seq_q_pad + row0) *
-                                        Cfg::kHeadDim;
-      add_dq<Cfg>(dq, dq_rows, Cfg::kHeadDim, consumer, warp, lane);
-    }
+    float* dq_rows = p.dq_accum + ((static_cast<int64_t>(batch) * p.heads + head) * p.seq_q_pad + row0) *
+                                      Cfg::kHeadDim;
+    add_dq<Cfg>(dq, dq_rows, Cfg::kHeadDim, consumer, warp, lane);
 
     // 7. dK done: Q, dO, lse2 and D of the stage are no longer read.
     hopper_attn::wgmma_wait<0>();
@@ -393,7 +348,7 @@ __global__ void __launch_bounds__(kPadThreads)
 // Launch (host)
 // ---------------------------------------------------------------------------------------
 
-// reduce_dq: the kernel with kReduceDq (rung b3), else rung b2's atomics. The backward's launches on
+// early_dv: the kernel with kEarlyDv (head dim 128; ignored at 64). The backward's launches on
 // `stream`: the mma.sync backward's preprocess (p: out, d_out, lse;
 // lse2 and delta [B * H_q * S_q]) and their copy into the padded rows the kernel reads (hp.lse2,
 // hp.delta), the kernel (hp, the four tensor maps), the dQ convert pass (p: dq_accum, dq, scale).
@@ -401,17 +356,20 @@ __global__ void __launch_bounds__(kPadThreads)
 template <typename Element, int kHeadDim>
 const char* launch_backward_hopper(const mma_bwd::BwdParams& p, const BwdHopperParams& hp, const CUtensorMap& map_q,
                                    const CUtensorMap& map_k, const CUtensorMap& map_v, const CUtensorMap& map_do,
-                                   bool reduce_dq, cudaStream_t stream) {
+                                   bool early_dv, cudaStream_t stream) {
   using Cfg = BwdTile<kHeadDim>;
   constexpr int kSmem = BwdSmem<Cfg>::kBytes;
-  auto kernel = reduce_dq ? flash_backward_hopper_kernel<Element, kHeadDim, true>
-                          : flash_backward_hopper_kernel<Element, kHeadDim, false>;
+  // The early dV is instantiated at head dim 128 only (the kernel's static_assert says why).
+  constexpr bool kHasEarlyDv = kHeadDim == 128;
+  early_dv = early_dv && kHasEarlyDv;
+  auto kernel = early_dv ? flash_backward_hopper_kernel<Element, kHeadDim, kHasEarlyDv>
+                         : flash_backward_hopper_kernel<Element, kHeadDim, false>;
   static const cudaError_t configured[2] = {
       cudaFuncSetAttribute(flash_backward_hopper_kernel<Element, kHeadDim, false>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-      cudaFuncSetAttribute(flash_backward_hopper_kernel<Element, kHeadDim, true>,
+      cudaFuncSetAttribute(flash_backward_hopper_kernel<Element, kHeadDim, kHasEarlyDv>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)};
-  if (configured[reduce_dq ? 1 : 0] != cudaSuccess) return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
+  if (configured[early_dv ? 1 : 0] != cudaSuccess) return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
   const int64_t key_tiles = (hp.seq_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const int64_t kv_rows = static_cast<int64_t>(p.batch) * hp.kv_heads;
   if (kv_rows > 65535) return "batch * kv_heads exceeds 65535 (gridDim.y); split the batch";
