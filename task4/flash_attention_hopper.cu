@@ -142,13 +142,15 @@ int variant_tiling_from_env() {
 
 // Which kernel runs a general call of version 5, 6 or 7 (Params::general_version):
 // ATTN_HOPPER_GENERAL_VERSION, read on every call (attn::env_choice) so that one process can time
-// both: unset, empty or "5", the general v5; "7", the general v7 (persistent, its work tiles
-// ordered on the device: hopper_attn::VariantSchedule) where it takes the call: head_dim 64, 96
+// both: "5", the general v5; unset, empty or "7", the general v7 (persistent, its work tiles
+// ordered on the device: hopper_attn::VariantSchedule; on the H100 1.09-1.19x the general v5 on
+// windows and padded batches, bit for bit the same output: results/logs/h100_s8_general_v7/)
+// where it takes the call: head_dim 64, 96
 // or 128, no mask tensor, no softcap, the aligned tiling (ATTN_HOPPER_VARIANT_ALIGN unset or 1),
 // at most hopper_attn::kMaxScheduledBatches batches and work tiles counted in 32 bits; the
 // general v5 elsewhere.
 int general_version_for(const hopper_attn::Params& p, int64_t version, int64_t batches, int64_t head_dim) {
-  if (attn::env_choice("ATTN_HOPPER_GENERAL_VERSION", {"5", "7"}, 0) == 0) return 5;
+  if (attn::env_choice("ATTN_HOPPER_GENERAL_VERSION", {"5", "7"}, 1) == 0) return 5;
   // (Work tiles per (batch, head): at most ceil(S_q / 128) + 1, the aligned tiling's spare.)
   const int64_t tiles_bound = (attn::ceil_div(p.seq_q, 64) + 2) * p.batch_heads;
   const bool takes = version != 2 && head_dim != 256 && p.mask.mask == nullptr && !(p.mask.softcap > 0.0) &&

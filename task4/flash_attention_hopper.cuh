@@ -102,9 +102,9 @@
 //       O is staged in a buffer of its own. A CTA of v1-v6 spends its start and its end with
 //       the tensor cores idle, which at S 1024 (8 key tiles) is a large part of its life.
 //       Which rung flash_attention runs per dtype, head_dim, mask and length is measured
-//       (task4/hopper_routing.json). A variant asked of v7 runs as the general v5, unless
-//       ATTN_HOPPER_GENERAL_VERSION=7 (an A/B switch, read per call): then key lengths, windows
-//       and sinks at head_dim 64/96/128 run the general v7 (Tile::kVariantSchedule), whose
+//       (task4/hopper_routing.json). A variant asked of v5, v6 or v7 runs the general v7
+//       where it applies (ATTN_HOPPER_GENERAL_VERSION=5, read per call, keeps the general v5 for
+//       A/B runs): key lengths, windows and sinks at head_dim 64/96/128 run the general v7 (Tile::kVariantSchedule), whose
 //       work tiles are the aligned tiling's computing ones in an order the CTAs compute on the
 //       device from the key lengths (longest batch first), and whose zero-only rows the
 //       producer warpgroup's idle warps write (VariantSchedule).
@@ -210,8 +210,8 @@ struct Params : mma_attn::Params {
   // How the general instantiation tiles a variant (VariantTiling, below); the host reads it from
   // ATTN_HOPPER_VARIANT_ALIGN on every call, so that one process can time the tilings side by side.
   int variant_tiling = 1;
-  // Which persistent-or-not kernel runs a general call of version 5, 6 or 7: 5 (the general v5,
-  // the default) or 7 (the general v7, Tile::kVariantSchedule): the host sets it from
+  // Which persistent-or-not kernel runs a general call of version 5, 6 or 7: 5 (the general v5)
+  // or 7 (the general v7, Tile::kVariantSchedule, where it takes the call: the host's default): the host sets it from
   // ATTN_HOPPER_GENERAL_VERSION on every call, where the general v7 takes the call.
   int general_version = 5;
 };
