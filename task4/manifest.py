@@ -160,13 +160,18 @@ BACKWARD_SECTION = Section(
 
 BACKWARD_HALF_SECTION = Section(
     "The backward pass on tensor cores (fp16/bf16) vs SDPA's FLASH and cuDNN backwards",
-    intro=("task4/flash_backward_mma.cu through autograd (`python -m task4.test "
-           "--backward-half-bench`): the backward alone, the forward's output and lse saved; "
+    intro=("flash_attention's backward through autograd (`python -m task4.test "
+           "--backward-half-bench`): on a Hopper GPU, dense and causal calls run the wgmma "
+           "backward (task4/flash_backward_hopper_kernel.cuh: a producer warpgroup's TMA copies, "
+           "two consumer warpgroups of 64 keys, S^T and dP^T so that P^T and dS^T feed dV and dK "
+           "from registers); every other call and GPU, and the deterministic mode, run the "
+           "mma.sync backward (task4/flash_backward_mma.cu). The backward alone, the forward's "
+           "output and lse saved; "
            "TFLOP/s = 2.5 x the forward's 4·B·H·S²·D (halved when causal) / time; ratio = SDPA's "
            "time / ours (> 1 means faster), SDPA pinned to FLASH_ATTENTION (FlashAttention-2's "
            "backward) and to CUDNN_ATTENTION, same dtype, alternating rounds in one process. "
            "\"ours\" adds dQ with atomics, as FlashAttention-2 does (5 tile products); "
-           "\"deterministic\" is the mode `torch.use_deterministic_algorithms(True)` selects, a "
+           "\"deterministic\" (mma.sync) is the mode `torch.use_deterministic_algorithms(True)` selects, a "
            "separate dQ pass (7 tile products, which the 2.5x convention does not count) with "
            "bit-identical gradients. Correctness of every variant in both modes: "
            "`python -m task4.test --backward-half`.",),
