@@ -21,8 +21,6 @@ tensor, key lengths or softcap; sinks and a scale are fine), head_dim a multiple
 128, not deterministic. Anything else, other GPUs, and every call while ATTN_BWD_LAYOUT (read at
 each backward, so that one process can time both) is "2d" or "rows", runs the mma.sync backward;
 unset or "wgmma" is the default.
-(ATTN_BWD_WGMMA_DV=early, also read per call, picks its head-dim-128 variant that issues dV
-before waiting for dP^T; task4/flash_backward_hopper.cu.)
 
 Without grad (inference, torch.no_grad(), inputs that do not require grad) nothing changes: no
 lse is computed, the Hopper kernel and the strided classes still run where they apply.

@@ -52,14 +52,6 @@ torch::Tensor tma_ready(const torch::Tensor& t) {
   return ok ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
-// Where the head-dim-128 kernel issues dV (flash_backward_hopper_kernel.cuh, kEarlyDv):
-// ATTN_BWD_WGMMA_DV, read on every call (attn::env_choice) so that one process can time both:
-// unset, empty or "after_ds", after dS is stored (FlashAttention-3's order); "early", right
-// after P^T, before waiting for dP^T. Head dim 64 has the first only.
-bool early_dv_from_env() {
-  return attn::env_choice("ATTN_BWD_WGMMA_DV", {"after_ds", "early"}, 0) == 1;
-}
-
 }  // namespace
 
 // fp16/bf16 FlashAttention backward on wgmma: q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D], out and
@@ -165,18 +157,13 @@ std::vector<torch::Tensor> flash_attention_backward_hopper(torch::Tensor q, torc
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const bool fp16 = q.scalar_type() == torch::kHalf;
-  const bool early_dv = early_dv_from_env();
   const char* error;
   if (padded_dim == 64) {
-    error = fp16 ? hopper_bwd::launch_backward_hopper<__half, 64>(p, hp, map_q, map_k, map_v, map_do, early_dv,
-                                                                  stream)
-                 : hopper_bwd::launch_backward_hopper<__nv_bfloat16, 64>(p, hp, map_q, map_k, map_v, map_do,
-                                                                         early_dv, stream);
+    error = fp16 ? hopper_bwd::launch_backward_hopper<__half, 64>(p, hp, map_q, map_k, map_v, map_do, stream)
+                 : hopper_bwd::launch_backward_hopper<__nv_bfloat16, 64>(p, hp, map_q, map_k, map_v, map_do, stream);
   } else {
-    error = fp16 ? hopper_bwd::launch_backward_hopper<__half, 128>(p, hp, map_q, map_k, map_v, map_do, early_dv,
-                                                                   stream)
-                 : hopper_bwd::launch_backward_hopper<__nv_bfloat16, 128>(p, hp, map_q, map_k, map_v, map_do,
-                                                                          early_dv, stream);
+    error = fp16 ? hopper_bwd::launch_backward_hopper<__half, 128>(p, hp, map_q, map_k, map_v, map_do, stream)
+                 : hopper_bwd::launch_backward_hopper<__nv_bfloat16, 128>(p, hp, map_q, map_k, map_v, map_do, stream);
   }
   TORCH_CHECK(error == nullptr, attn::str("flash_attention_backward_hopper could not launch: ", error ? error : "",
               "."));

@@ -9,9 +9,9 @@ namespace hopper_bwd {
 
 template const char* launch_backward_hopper<__half, 64>(const mma_bwd::BwdParams&, const BwdHopperParams&,
                                                      const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-                                                     const CUtensorMap&, bool, cudaStream_t);
+                                                     const CUtensorMap&, cudaStream_t);
 template const char* launch_backward_hopper<__half, 128>(const mma_bwd::BwdParams&, const BwdHopperParams&,
                                                       const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-                                                      const CUtensorMap&, bool, cudaStream_t);
+                                                      const CUtensorMap&, cudaStream_t);
 
 }  // namespace hopper_bwd

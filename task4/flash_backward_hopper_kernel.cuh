@@ -29,9 +29,8 @@
 //      before the wait changed nothing, since the reordering is ptxas's, not the front end's.)
 //   3. pack both to 16 bits; dS^T into dS[step % 2] by stmatrix.trans
 //   4. issue dV += P^T dO; fence.proxy.async; named barrier (both consumers' dS are in)
-//      (kEarlyDv, head dim 128 only, ATTN_BWD_WGMMA_DV=early: dV issued in step 2 right after
-//      P^T, before waiting for dP^T, so that the exp2 overlap dP^T and dV overlaps dS^T's
-//      math; FlashAttention-3 issues dV after storing dS, as the default here does)
+//      (FlashAttention-3's order. dV issued in step 2 instead, right after P^T and before
+//      waiting for dP^T, was measured on the H100 no faster and removed: task4/NOTES.md)
 //   5. issue dQ block = dS K (ss, 64 x 64 over the CTA's 128 keys), then dK += dS^T Q
 //   6. wait<1>: dV and dQ are done: dQ into the fp32 dq_accum by float2 atomics
 //   7. wait<0>: dK is done: each warp's lane 0 releases the stage (empty mbarrier)
@@ -161,11 +160,11 @@ __device__ __forceinline__ void store_gradient(const DkvAcc<Cfg>& acc, float fac
   }
 }
 
-// kEarlyDv: the order of step 4 (above). grid (ceil(S_k / 128), B * H_kv),
-// BwdTile<kHeadDim>::kThreads threads, BwdSmem<Cfg>::kBytes of dynamic shared memory. map_q /
-// map_do: [B, H_q, S_q, D] with kBlockM-row boxes; map_k / map_v: [B, H_kv, S_k, D] with
-// 128-row boxes (64-column boxes, 128-byte swizzle: hopper_tensor_map.h's make_tensor_map).
-template <typename Element, int kHeadDim, bool kEarlyDv>
+// grid (ceil(S_k / 128), B * H_kv), BwdTile<kHeadDim>::kThreads threads, BwdSmem<Cfg>::kBytes of
+// dynamic shared memory. map_q / map_do: [B, H_q, S_q, D] with kBlockM-row boxes; map_k / map_v:
+// [B, H_kv, S_k, D] with 128-row boxes (64-column boxes, 128-byte swizzle: hopper_tensor_map.h's
+// make_tensor_map).
+template <typename Element, int kHeadDim>
 __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     flash_backward_hopper_kernel(const BwdHopperParams p, const __grid_constant__ CUtensorMap map_q,
                                  const __grid_constant__ CUtensorMap map_k,
@@ -175,8 +174,6 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
   using Cfg = BwdTile<kHeadDim>;
   using L = BwdSmem<Cfg>;
   static_assert(BwdLayoutProofs<Cfg>::kProved, "descriptor / layout proofs");
-  static_assert(!kEarlyDv || kHeadDim == 128, "the early dV holds P^T's fragments beside S^T and dP^T: "
-                                              "ptxas spilled 48 bytes at head dim 64");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // The tiles need 1024-byte alignment (the swizzle's period); the budget has the slack.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -258,21 +255,13 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
     probabilities<Cfg>(st, reinterpret_cast<const float*>(smem_ptr + L::lse2 + stage * L::kRowStats),
                        p.scale_log2, lane);
     ScoreFragments<Cfg> p_t, ds_t;
-    if constexpr (kEarlyDv) {
-      // dV issued now (its operands are P^T and dO, both here): the exp2 must finish before
-      // the issue, i.e. while dP^T computes, and dV runs while dS^T is formed and stored.
-      pack_fragments<Element, Cfg>(p_t, st);
-      issue_dv<Element, Cfg>(dv, p_t, smem, stage);
-      hopper_attn::wgmma_wait<1>();  // dP^T is in (groups retire in order; dV may still run)
-    } else {
-      hopper_attn::wgmma_wait<0>();
-    }
+    hopper_attn::wgmma_wait<0>();
     fence_registers(dpt);
     score_gradients<Cfg>(dpt, st, reinterpret_cast<const float*>(smem_ptr + L::delta + stage * L::kRowStats),
                          lane);
 
     // 3. 16-bit fragments; dS into its stage.
-    if constexpr (!kEarlyDv) pack_fragments<Element, Cfg>(p_t, st);
+    pack_fragments<Element, Cfg>(p_t, st);
     pack_fragments<Element, Cfg>(ds_t, dpt);
     const int ds_stage = step % Cfg::kStagesDs;
     {
@@ -282,8 +271,8 @@ __global__ void __launch_bounds__(BwdTile<kHeadDim>::kThreads, 1)
       store_ds<Cfg>(ds_t, smem, ds_stage, consumer, (fresh / 32) % 4, fresh % 32);
     }
 
-    // 4. dV (unless issued early), then both consumers' dS published to the async proxy.
-    if constexpr (!kEarlyDv) issue_dv<Element, Cfg>(dv, p_t, smem, stage);
+    // 4. dV, then both consumers' dS published to the async proxy.
+    issue_dv<Element, Cfg>(dv, p_t, smem, stage);
     hopper_attn::fence_proxy_async();
     consumers_barrier_sync();
 
@@ -348,28 +337,20 @@ __global__ void __launch_bounds__(kPadThreads)
 // Launch (host)
 // ---------------------------------------------------------------------------------------
 
-// early_dv: the kernel with kEarlyDv (head dim 128; ignored at 64). The backward's launches on
-// `stream`: the mma.sync backward's preprocess (p: out, d_out, lse;
+// The backward's launches on `stream`: the mma.sync backward's preprocess (p: out, d_out, lse;
 // lse2 and delta [B * H_q * S_q]) and their copy into the padded rows the kernel reads (hp.lse2,
 // hp.delta), the kernel (hp, the four tensor maps), the dQ convert pass (p: dq_accum, dq, scale).
 // Returns an error sentence, or nullptr.
 template <typename Element, int kHeadDim>
 const char* launch_backward_hopper(const mma_bwd::BwdParams& p, const BwdHopperParams& hp, const CUtensorMap& map_q,
                                    const CUtensorMap& map_k, const CUtensorMap& map_v, const CUtensorMap& map_do,
-                                   bool early_dv, cudaStream_t stream) {
+                                   cudaStream_t stream) {
   using Cfg = BwdTile<kHeadDim>;
   constexpr int kSmem = BwdSmem<Cfg>::kBytes;
-  // The early dV is instantiated at head dim 128 only (the kernel's static_assert says why).
-  constexpr bool kHasEarlyDv = kHeadDim == 128;
-  early_dv = early_dv && kHasEarlyDv;
-  auto kernel = early_dv ? flash_backward_hopper_kernel<Element, kHeadDim, kHasEarlyDv>
-                         : flash_backward_hopper_kernel<Element, kHeadDim, false>;
-  static const cudaError_t configured[2] = {
-      cudaFuncSetAttribute(flash_backward_hopper_kernel<Element, kHeadDim, false>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-      cudaFuncSetAttribute(flash_backward_hopper_kernel<Element, kHeadDim, kHasEarlyDv>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem)};
-  if (configured[early_dv ? 1 : 0] != cudaSuccess) return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
+  auto kernel = flash_backward_hopper_kernel<Element, kHeadDim>;
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (configured != cudaSuccess) return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
   const int64_t key_tiles = (hp.seq_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const int64_t kv_rows = static_cast<int64_t>(p.batch) * hp.kv_heads;
   if (kv_rows > 65535) return "batch * kv_heads exceeds 65535 (gridDim.y); split the batch";
@@ -396,15 +377,15 @@ const char* launch_backward_hopper(const mma_bwd::BwdParams& p, const BwdHopperP
 // Each compiled in one file, flash_backward_hopper_fp16.cu or _bf16.cu.
 extern template const char* launch_backward_hopper<__half, 64>(const mma_bwd::BwdParams&, const BwdHopperParams&,
                                                                const CUtensorMap&, const CUtensorMap&,
-                                                               const CUtensorMap&, const CUtensorMap&, bool, cudaStream_t);
+                                                               const CUtensorMap&, const CUtensorMap&, cudaStream_t);
 extern template const char* launch_backward_hopper<__half, 128>(const mma_bwd::BwdParams&, const BwdHopperParams&,
                                                                 const CUtensorMap&, const CUtensorMap&,
-                                                                const CUtensorMap&, const CUtensorMap&, bool, cudaStream_t);
+                                                                const CUtensorMap&, const CUtensorMap&, cudaStream_t);
 extern template const char* launch_backward_hopper<__nv_bfloat16, 64>(
     const mma_bwd::BwdParams&, const BwdHopperParams&, const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-    const CUtensorMap&, bool, cudaStream_t);
+    const CUtensorMap&, cudaStream_t);
 extern template const char* launch_backward_hopper<__nv_bfloat16, 128>(
     const mma_bwd::BwdParams&, const BwdHopperParams&, const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
-    const CUtensorMap&, bool, cudaStream_t);
+    const CUtensorMap&, cudaStream_t);
 
 }  // namespace hopper_bwd
