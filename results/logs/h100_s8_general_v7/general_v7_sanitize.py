@@ -24,8 +24,15 @@ def call(q, k, v, causal, mode, **kw):
     return o, lse
 
 
+SKIP = int(os.environ.get("SAN_SKIP", "0"))  # cases already run under a tool (a resumed racecheck)
+done = 0
+
+
 def run(name, q, k, v, causal, **kw):
-    global bad
+    global bad, done
+    done += 1
+    if done <= SKIP:
+        return
     o7, l7 = call(q, k, v, causal, "7", **kw)
     o5, l5 = call(q, k, v, causal, "5", **kw)
     same = torch.equal(o7.view(torch.int16), o5.view(torch.int16)) and torch.equal(l7.view(torch.int32), l5.view(torch.int32))
