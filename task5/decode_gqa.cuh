@@ -370,24 +370,41 @@ __device__ __forceinline__ void merge_in_last_block(const GqaParams& p) {
   if (tid == 0) p.counters[tile] = 0;  // zeroed for the next decode (and graph replay)
 }
 
+// Q copy `idx` of this row tile (row idx / kChunks of the tile, its 16-byte chunk
+// idx % kChunks): where it reads (any valid address, p.q, when it zero-fills: past the real
+// rows or past head_dim), where it lands in the Q tile, and whether it reads. The copies of
+// load_q_tile and of FirstCopies.
+struct QChunk {
+  const void* src;
+  uint32_t offset;  // from the Q tile's start
+  bool pred;
+};
+
+template <typename Cfg, typename Element>
+__device__ __forceinline__ QChunk q_chunk(const GqaParams& p, int64_t b, int kv, int row0,
+                                          int rows_here, int idx) {
+  using Smem = typename Cfg::Smem;
+  const int rr = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
+  const int r = row0 + rr;
+  const bool pred = rr < rows_here && chunk * 8 < p.head_dim;
+  const void* src = p.q;
+  if (pred) {
+    const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
+    src = static_cast<const Element*>(p.q) + b * p.q_stride_b + head * p.q_stride_h +
+          static_cast<int64_t>(r / p.group) * p.q_stride_s + chunk * 8;
+  }
+  return QChunk{src, Smem::offset(rr, chunk), pred};
+}
+
 // The Q rows of this row tile into shared memory (16 rows, zero-filled past the real rows
 // and past head_dim), one 16-byte cp.async per chunk, all threads.
 template <typename Cfg, typename Element>
 __device__ __forceinline__ void load_q_tile(uint32_t smem_q, const GqaParams& p, int64_t b,
                                             int kv, int row0, int rows_here, int tid) {
-  using Smem = typename Cfg::Smem;
-  constexpr int kTotal = kRowsPerTile * Smem::kChunks;
+  constexpr int kTotal = kRowsPerTile * Cfg::Smem::kChunks;
   for (int idx = tid; idx < kTotal; idx += Cfg::kThreads) {
-    const int rr = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
-    const int r = row0 + rr;
-    const bool pred = rr < rows_here && chunk * 8 < p.head_dim;
-    const void* src = p.q;
-    if (pred) {
-      const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
-      src = static_cast<const Element*>(p.q) + b * p.q_stride_b + head * p.q_stride_h +
-            static_cast<int64_t>(r / p.group) * p.q_stride_s + chunk * 8;
-    }
-    cp_async_16(smem_q + Smem::offset(rr, chunk), src, pred);
+    const QChunk c = q_chunk<Cfg, Element>(p, b, kv, row0, rows_here, idx);
+    cp_async_16(smem_q + c.offset, c.src, c.pred);
   }
 }
 
@@ -447,19 +464,11 @@ struct FirstCopies {
 #pragma unroll
     for (int i = 0; i < kQIters; ++i) {  // load_q_tile's loop
       const int idx = tid + i * Cfg::kThreads;
-      const int rr = idx / Smem::kChunks, chunk = idx % Smem::kChunks;
-      const int r = row0 + rr;
-      const bool pred = rr < rows_here && chunk * 8 < p.head_dim;
-      const void* src = p.q;
-      if (pred) {
-        const int64_t head = static_cast<int64_t>(kv) * p.group + r % p.group;
-        src = static_cast<const Element*>(p.q) + b * p.q_stride_b + head * p.q_stride_h +
-              static_cast<int64_t>(r / p.group) * p.q_stride_s + chunk * 8;
-      }
-      q_src[i] = src;
-      q_dst[i] = smem_q + Smem::offset(rr, chunk);
+      const QChunk c = q_chunk<Cfg, Element>(p, b, kv, row0, rows_here, idx);
+      q_src[i] = c.src;
+      q_dst[i] = smem_q + c.offset;
       if (i == 0) q_pred = q_issue = 0u;
-      q_pred |= (pred ? 1u : 0u) << i;
+      q_pred |= (c.pred ? 1u : 0u) << i;
       q_issue |= (kQTotal % Cfg::kThreads == 0 || idx < kQTotal ? 1u : 0u) << i;
     }
     const int lane = tid & 31;

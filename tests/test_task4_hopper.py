@@ -17,11 +17,11 @@ import os
 import re
 from pathlib import Path
 
+import _sm90_compile
 import pytest
 import torch
 
 from common import build
-from common.tools import compile_check
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The extension's .cu files: the host entry and the instantiations (task4/hopper.py SOURCES).
@@ -38,15 +38,6 @@ SOURCES = [REPO_ROOT / "task4" / name for name in (
 EXPECTED_KERNELS = 26 + 8 + 4 + 8 + 4 + 4
 
 
-def _need_nvcc() -> str:
-    nvcc = compile_check.find_nvcc()
-    if nvcc is None:
-        if os.environ.get("ATTN_REQUIRE_NVCC"):
-            pytest.fail("ATTN_REQUIRE_NVCC is set (as in CI) but nvcc was not found")
-        pytest.skip("nvcc is not installed here; the sm_90a compile check needs the CUDA toolkit")
-    return nvcc
-
-
 def test_sources_are_the_extensions():
     from task4 import hopper
 
@@ -58,17 +49,8 @@ def test_sources_are_the_extensions():
 
 @pytest.fixture(scope="module")
 def ptxas_report() -> str:
-    """The files' device-side compiles for sm_90a with ptxas -v, as CI's compile check runs them
-    (their `// compile_check: arch sm_90a` line; in parallel): one compile per process and
-    file, shared with it. Their reports one after the other."""
-    _need_nvcc()
-    for source in SOURCES:
-        assert compile_check.declared_arch(source) == "90a", source.name
-    found = compile_check.compile_all(SOURCES, device_only=True)
-    for source in SOURCES:
-        ok, output = found[source]
-        assert ok, f"{source.name} does not compile for sm_90a:\n{output[-4000:]}"
-    return "\n".join(found[source][1] for source in SOURCES)
+    """The files' device-side compiles for sm_90a with ptxas -v (tests/_sm90_compile.py)."""
+    return _sm90_compile.ptxas_report(SOURCES)
 
 
 def _kernels(report: str) -> dict[str, list[str]]:
