@@ -177,9 +177,6 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
   p.num_splits = static_cast<int>(num_splits);
   p.scale_log2 = static_cast<float>(LOG2_E * scale_value);
   p.out_vec16 = rows_aligned_16(result) ? 1 : 0;
-  // The split merge's loads (header, merge_in_last_block): ATTN_GQA_MERGE_LOADS, read on every
-  // call so that one process can compare: unset or "8", eight splits in flight; "1", one at a time.
-  p.merge_serial = attn::env_choice("ATTN_GQA_MERGE_LOADS", {"8", "1"}, 0);
   // The overlapped launch and its prefetch (header); ATTN_GQA_OVERLAP=0 and ATTN_GQA_PREFETCH=0,
   // read on every call so that one process can compare, switch them off.
   const bool overlap = !attn::switched_off("ATTN_GQA_OVERLAP");

@@ -220,7 +220,6 @@ struct GqaParams {
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
   int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
-  int merge_serial;  // A/B only (ATTN_GQA_MERGE_LOADS=1): the merge's loads one split at a time
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -361,22 +360,21 @@ __device__ __forceinline__ void merge_in_last_block(const GqaParams& p) {
     const float* src = p.partial + (first + rr) * p.head_dim + d0;
     int s = 0;
     // kMergeLoads splits' partials in flight at once, then added in split order (the same
-    // arithmetic as one at a time): one at a time, each split cost a trip to L2 in series, and
-    // the merge of 32 splits took ~3.7 us of a ~30 us decode on the H100 (a per-block timeline:
-    // results/logs/h100_s8_decode_timeline/).
+    // arithmetic as one at a time, when each split cost a trip to L2 in series: a per-block
+    // timeline of an eager decode put that merge at a few microseconds,
+    // results/logs/h100_s8_decode_timeline/; as graph replays the in-flight loads measured 1-2%
+    // faster at batch 1 and the same elsewhere, results/logs/h100_s8_decode_merge/).
     constexpr int kMergeLoads = 8;
-    if (!p.merge_serial) {
-      for (; s + kMergeLoads <= p.num_splits; s += kMergeLoads) {
-        float4 lo[kMergeLoads], hi[kMergeLoads];
+    for (; s + kMergeLoads <= p.num_splits; s += kMergeLoads) {
+      float4 lo[kMergeLoads], hi[kMergeLoads];
 #pragma unroll
-        for (int i = 0; i < kMergeLoads; ++i) {
-          lo[i] = __ldcg(reinterpret_cast<const float4*>(src + i * split_stride));
-          hi[i] = __ldcg(reinterpret_cast<const float4*>(src + i * split_stride + 4));
-        }
-#pragma unroll
-        for (int i = 0; i < kMergeLoads; ++i) add_weighted(val, smem[rr * p.num_splits + s + i], lo[i], hi[i]);
-        src += kMergeLoads * split_stride;
+      for (int i = 0; i < kMergeLoads; ++i) {
+        lo[i] = __ldcg(reinterpret_cast<const float4*>(src + i * split_stride));
+        hi[i] = __ldcg(reinterpret_cast<const float4*>(src + i * split_stride + 4));
       }
+#pragma unroll
+      for (int i = 0; i < kMergeLoads; ++i) add_weighted(val, smem[rr * p.num_splits + s + i], lo[i], hi[i]);
+      src += kMergeLoads * split_stride;
     }
     for (; s < p.num_splits; ++s) {
       const float w = smem[rr * p.num_splits + s];
