@@ -153,6 +153,13 @@ def load_extension(name: str, sources: list[str | os.PathLike], *, verbose: bool
             os.environ["TORCH_CUDA_ARCH_LIST"] = previous
 
 
+def is_written(source: str) -> bool:
+    """False while `source` (a path from the repository root) holds a host region the student
+    release replaced with its "not implemented yet" stub (common/tools/release.py): code that
+    builds on that file's kernels must not run them before they are written."""
+    return "is not implemented yet" not in (REPO_ROOT / source).read_text()
+
+
 def call_extension(fn, *args):
     """Call an extension entry; an unwritten solution region becomes NotImplementedError.
 

@@ -44,10 +44,11 @@ PyTorch version (task3/flash_backward.py) in for the extension's four entries th
 """
 
 import os
+from functools import cache
 
 import torch
 
-from common.build import BuildError, call_extension
+from common.build import BuildError, call_extension, is_written
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 NAMESPACE = "attention_kernels"
@@ -85,11 +86,22 @@ def wgmma_backward_in_scope(q, causal, window, stride, mask, key_lengths, softca
             and head_dim % 8 == 0 and not torch.are_deterministic_algorithms_enabled())
 
 
+@cache
+def _mma_backward_written() -> bool:
+    """The wgmma backward runs the mma.sync backward's preprocess (D, lse2) and dQ conversion
+    (task4/flash_backward_mma.cuh, solution regions of the optional lesson): in the student
+    release, until that lesson is written, gradients must say "not implemented" rather than run
+    those kernels' empty bodies on a Hopper GPU."""
+    return is_written("task4/flash_backward_mma.cu")
+
+
 def _wgmma_backward(q, causal, window, stride, mask, key_lengths, softcap):
     """The extension to run this gradient on the wgmma backward, or None: ATTN_BWD_LAYOUT unset
-    or "wgmma" (read per call), the call in the kernel's scope, and a Hopper GPU with the
-    extension."""
+    or "wgmma" (read per call), the call in the kernel's scope, the mma.sync backward it builds
+    on written, and a Hopper GPU with the extension."""
     if os.environ.get("ATTN_BWD_LAYOUT", "") not in ("", "wgmma"):
+        return None
+    if not _mma_backward_written():
         return None
     if not wgmma_backward_in_scope(q, causal, window, stride, mask, key_lengths, softcap):
         return None
