@@ -1,5 +1,6 @@
-"""The sm_90a compile check shared by the Hopper kernels' tests (tests/test_task4_hopper.py,
-tests/test_task4_hopper_backward.py): their files' device-side compiles with ptxas -v."""
+"""What the Hopper kernels' tests (tests/test_task4_hopper.py, tests/test_task4_hopper_backward.py)
+share: their files' device-side compiles for sm_90a with ptxas -v, and the skip of their GPU tests
+on other GPUs."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def ptxas_report(sources: list[Path]) -> str:
         ok, output = found[source]
         assert ok, f"{source.name} does not compile for sm_90a:\n{output[-4000:]}"
     return "\n".join(found[source][1] for source in sources)
+
+
+def hopper_or_skip():
+    """task4.hopper, or a skip where there is no compute capability 9.0 GPU (sm_90a code runs
+    only there)."""
+    from task4 import hopper
+
+    if not hopper.available():
+        pytest.skip("needs a compute capability 9.0 GPU (H100/H200): the kernel is sm_90a code")
+    return hopper

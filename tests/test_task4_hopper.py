@@ -100,14 +100,6 @@ def test_module_imports_and_is_unavailable_off_hopper():
 
 # --- GPU (Hopper only) ---------------------------------------------------------------------
 
-def _hopper_or_skip():
-    from task4 import hopper
-
-    if not hopper.available():
-        pytest.skip("needs a compute capability 9.0 GPU (H100/H200): the kernel is sm_90a code")
-    return hopper
-
-
 def _cases():
     # (B, H_q, H_kv, S_q, S_k, D, causal, layout)
     cases = []
@@ -150,7 +142,7 @@ def _make(case, dtype):
 @pytest.mark.parametrize("version", (1, 2, 3, 4, 5, 6, 7))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_version_matches_float64(version, dtype):
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     from common.checks import assert_checks
     from common.variants import Variant, check_variant
 
@@ -175,7 +167,7 @@ def test_version_matches_float64(version, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_head_dim_256_tile80_matches_float64(dtype, monkeypatch):
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     from common.checks import Check, assert_checks
     from common.variants import Variant, check_variant
 
@@ -226,7 +218,7 @@ def _issue_cases():
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_dispatched_kernel_on_the_issue_lengths(dtype):
-    _hopper_or_skip()
+    _sm90_compile.hopper_or_skip()
     from common.checks import assert_checks
     from common.variants import Variant, check_variant
     from task4 import attention
@@ -244,7 +236,7 @@ def test_dispatched_kernel_on_the_issue_lengths(dtype):
 
 @pytest.mark.gpu
 def test_refuses_what_it_does_not_take():
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     q = torch.randn(1, 2, 64, 64, device="cuda", dtype=torch.float16)
     assert hopper.supports(q, q, q)
     assert not hopper.supports(q, q, q, stride=2)              # a per-key predicate: mma.sync
@@ -320,7 +312,7 @@ def _head_dim_variant_cases():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_variants_at_head_dims_96_and_256(dtype):
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     from common.checks import assert_checks
     from common.variants import Variant, check_variant
     from task4 import attention
@@ -347,7 +339,7 @@ def test_variants_at_head_dims_96_and_256(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_block_sparse_masks_on_the_hopper_kernel(dtype):
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     from common.checks import assert_checks
     from common.variants import Variant, check_variant
     from task4 import attention
@@ -407,7 +399,7 @@ def test_tile_summary_reference_on_hand_built_blocks():
 
 @pytest.mark.gpu
 def test_tile_summary_kernel_matches_its_definition():
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     from task4.variants_checks import BLOCK_MASKS, block_sparse_mask
 
     g = torch.Generator(device="cuda").manual_seed(7)
@@ -590,7 +582,7 @@ def _aligned_tiling_cases():
 @pytest.mark.parametrize("tiling", ("0", "1", "2"))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_aligned_variant_tiling(dtype, tiling, monkeypatch):
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     import math
 
     from common.checks import Check, assert_checks
@@ -668,7 +660,7 @@ def _lse_check(name, lse, q, k, v, variant):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_general_split_loop_matches_float64(dtype, monkeypatch):
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     from common.checks import assert_checks
     from common.variants import Variant, check_variant
 
@@ -699,7 +691,7 @@ def test_general_split_loop_matches_float64(dtype, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_general_v7_matches_float64_and_v5(dtype, monkeypatch):
-    hopper = _hopper_or_skip()
+    hopper = _sm90_compile.hopper_or_skip()
     from common.checks import Check, assert_checks
     from common.variants import Variant, check_variant
 

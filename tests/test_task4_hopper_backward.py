@@ -59,18 +59,6 @@ def test_every_instantiation_compiles_for_sm90a_without_spills(ptxas_report):
 
 # --- GPU (Hopper only) ---------------------------------------------------------------------
 
-def _hopper_or_skip():
-    from task4 import hopper
-
-    if not hopper.available():
-        pytest.skip("needs a compute capability 9.0 GPU (H100/H200): the kernel is sm_90a code")
-    try:
-        hopper.load()
-    except Exception as err:  # a failed build is the compile tests' to report
-        pytest.skip(f"the Hopper extension does not build here: {err}")
-    return hopper
-
-
 def _cases(dtype):
     from task4.backward_checks import Case
 
@@ -92,7 +80,7 @@ def _cases(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_wgmma_backward_matches_float64(dtype, monkeypatch):
-    _hopper_or_skip()
+    _sm90_compile.hopper_or_skip()
     from common.checks import Check, assert_checks
     from task4 import backward
     from task4.backward_checks import (
