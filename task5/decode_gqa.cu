@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include "tensor_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -85,6 +86,30 @@ bool rows_aligned_16(const torch::Tensor& t) {
     if (!stride_multiple(t, dim, 8)) return false;
   }
   return true;
+}
+
+// How many blocks of a row tile merge its splits (GqaParams::merge_blocks, merge_in_last_block):
+// one share of about kMergeItemsPerBlock (row, split) partials each, at most one row each, and
+// more than one only where the whole grid is resident at once, since the first mergers wait
+// for the last block to count. ATTN_GQA_MERGE_BLOCKS (read on every call so that one process
+// can compare) forces a count ("1", "2", "4", "8", "16"; within the same limits).
+template <typename Element, typename Cfg, typename KvLayout>
+int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_splits) {
+  constexpr int64_t kMergeItemsPerBlock = 64;
+  static int resident[64] = {};  // blocks resident at once on each device; 0: not looked up yet
+  if (num_splits <= 1 || device < 0 || device >= 64) return 1;
+  if (resident[device] == 0) {
+    int per_sm = 0, sms = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, gqa_kernel<Element, Cfg, KvLayout>(), Cfg::kThreads, Cfg::kSmemBytes));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    resident[device] = std::max(1, per_sm * sms);
+  }
+  if (blocks > resident[device]) return 1;
+  int64_t wanted = rows_per_tile * num_splits / kMergeItemsPerBlock;
+  const int forced = attn::env_choice("ATTN_GQA_MERGE_BLOCKS", {"auto", "1", "2", "4", "8", "16"}, 0);
+  if (forced > 0) wanted = int64_t{1} << (forced - 1);
+  return static_cast<int>(std::max<int64_t>(1, std::min({wanted, rows_per_tile, num_splits})));
 }
 
 }  // namespace
@@ -193,11 +218,14 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
     p.lse = lse.data_ptr<float>();
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  p.counters = num_splits > 1 ? split_counters(stream, batch * heads_kv * row_tiles) : nullptr;
   with_config(head_dim, device, [&](auto* cfg_tag) {
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
+      p.merge_blocks = merge_blocks<Element, Cfg, KvLayout>(device, blocks, std::min<int64_t>(rows, kRowsPerTile),
+                                                           num_splits);
+      p.counters = num_splits > 1 ? split_counters(stream, (p.merge_blocks > 1 ? 2 : 1) * batch * heads_kv * row_tiles)
+                                  : nullptr;
       p.prefetch = prefetch ? Cfg::kStages - 1 : 0;  // the tiles its ring would hold in flight
       attn::launch_maybe_overlapped("decode_gqa_kernel", gqa_kernel<Element, Cfg, KvLayout>(),
                                     dim3(static_cast<unsigned>(blocks)), dim3(Cfg::kThreads),

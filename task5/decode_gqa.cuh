@@ -10,8 +10,9 @@
 //   * split-KV: the keys of a (sequence, KV head) are cut into num_splits ranges, one block
 //     each, so that batch 1 fills the GPU (8 KV heads alone would occupy 8 of 132 SMs); each
 //     block writes its range's normalised output in float32 and its base-2 log-sum-exp, and
-//     the last block of a row tile to finish merges them (merge_in_last_block, one launch in
-//     all; without counters, decode.cu's merge_lse_splits, the merge every such decode uses);
+//     the last blocks of a row tile to finish merge them, a share of its rows each
+//     (merge_in_last_block, one launch in all; without counters, decode.cu's merge_lse_splits,
+//     the merge every such decode uses);
 //   * a multi-stage pipeline: within a block, each of the kWarps warps streams its own slice of
 //     the block's keys (every kWarps-th key tile) through a private ring of kStages shared-memory
 //     stages filled by cp.async, so kStages - 1 K/V tiles per warp (16 per block at head dim
@@ -215,11 +216,17 @@ struct GqaParams {
   attn::MaskParams mask;
   float* partial;  // num_splits > 1: [B, H_kv, num_splits, rows, D], normalised outputs
   float* lse;      // num_splits > 1: [B, H_kv, num_splits, rows], base 2
-  // num_splits > 1, when not null: one zeroed counter per (b, kv, row tile); the last split of
-  // a row tile to finish merges them all (merge_in_last_block), so no merge kernel runs.
+  // num_splits > 1, when not null: zeroed counters, one per (b, kv, row tile) or two (see
+  // merge_blocks); the last splits of a row tile to finish merge them (merge_in_last_block), so
+  // no merge kernel runs.
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
   int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
+  // num_splits > 1: how many blocks of a row tile merge its splits, each a share of its rows
+  // (merge_in_last_block): 1, the last to finish; H > 1, the last H, so counters holds two
+  // ints per row tile (its count, and the count of its merges done). H > 1 only where every
+  // block of the grid is resident at once (the first H - 1 wait for the last).
+  int merge_blocks;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -306,87 +313,188 @@ __device__ __forceinline__ void store_output_pair(const GqaParams& p, Element* d
   }
 }
 
-// Beyond the kernel's own work (given): the last block of a row tile's splits to finish
-// merges them, as decode.cu's merge_in_last_block does for the course kernel, so a split
+// Row r's elements d0 .. d0 + 3 of sequence b's output (KV head kv), in q's dtype: the split
+// merge's stores (8 bytes each where out's rows are 16-byte aligned).
+template <typename Element>
+__device__ __forceinline__ void store_output4(const GqaParams& p, int64_t b, int kv, int r, int d0,
+                                              float4 val) {
+  using Ops = mma_attn::ElementOps<Element>;
+  Element* const dst = output_row<Element>(p, b, kv, r) + d0;
+  if (p.out_vec16) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(Ops::pack(val.x, val.y), Ops::pack(val.z, val.w));
+  } else {
+    dst[0] = from_float<Element>(val.x);
+    dst[1] = from_float<Element>(val.y);
+    dst[2] = from_float<Element>(val.z);
+    dst[3] = from_float<Element>(val.w);
+  }
+}
+
+// The split merge's per-row weights, by one warp: split s's weight 2^(lse_s - M) (0 for a split
+// without keys) into weights[s], read back by the whole warp after the __syncwarp; returns
+// 1 / sum of the weights (0 for a row without any key). Each lse is read once, its value kept
+// in weights[s] until it becomes the weight.
+__device__ __forceinline__ float split_weights(const float* lse_row, int64_t lse_stride,
+                                               int num_splits, float* weights, int lane) {
+  float m = -INFINITY;
+  for (int s = lane; s < num_splits; s += 32) {
+    const float lse = __ldcg(lse_row + s * lse_stride);
+    weights[s] = lse;
+    m = fmaxf(m, lse);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
+  float total = 0.f;
+  for (int s = lane; s < num_splits; s += 32) {
+    const float lse = weights[s];
+    const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
+    weights[s] = w;
+    total += w;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
+  __syncwarp();  // every lane's weights are seen by the whole warp
+  return total > 0.f ? 1.f / total : 0.f;
+}
+
+// Splits s0 .. s0 + kLoads - 1's partials of one lane's 4 columns (those below num_splits), asked
+// of L2 at once.
+template <int kLoads>
+__device__ __forceinline__ void load_partials(float4 (&part)[kLoads], const float* src,
+                                              int64_t split_stride, int s0, int num_splits,
+                                              bool active) {
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i)
+    if (active && s0 + i < num_splits)
+      part[i] = __ldcg(reinterpret_cast<const float4*>(src + (s0 + i) * split_stride));
+}
+
+// val + w * part, elementwise, in that order (fmaf): a split's term in the merge.
+__device__ __forceinline__ float4 add_weighted4(float4 val, float w, float4 part) {
+  return make_float4(fmaf(w, part.x, val.x), fmaf(w, part.y, val.y), fmaf(w, part.z, val.z),
+                     fmaf(w, part.w, val.w));
+}
+
+// count_block_is_last's count (decode_common_device.cuh), answering the block's place in it:
+// 0 .. blocks - 1, blocks - 1 for the last (after which every block's writes are visible).
+__device__ __forceinline__ int count_block_ticket(int* counter, int blocks) {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
+  const int ticket = atomicAdd(counter, 1);
+  if (ticket == blocks - 1) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+  return ticket;
+}
+
+// Spin until *counter reaches `blocks` (read with acquire: every counted block's writes, made
+// before its count, are then visible to this thread).
+__device__ __forceinline__ void wait_for_count(const int* counter, int blocks) {
+  int seen = 0;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen < blocks);
+}
+
+// Beyond the kernel's own work (given): the split merge, at the end of the kernel, so a split
 // decode is one launch (at batch 1 the merge kernel's launch is a sizeable part of a short
-// decode). The block counts itself after its partials and lse are written; the last one
-// (which one does not change the result: it merges in split order) weighs each split by
-// 2^(lse_s - M) / sum, exactly as merge_splits_kernel, and resets the counter. The weights,
-// [rows of the tile][num_splits] floats (num_splits <= MAX_SPLITS: 64 KB), reuse the start of
-// the kernel's dynamic shared memory.
+// decode), as decode.cu's merge_in_last_block does for the course kernel. Each block counts
+// itself after its partials and lse are written (count_block_ticket); the last `mergers` to
+// count merge the row tile's splits, the k-th last its rows k - 1, k - 1 + mergers, ...: the
+// last one at once, the others once the count is complete (wait_for_count). Each row is
+// weighed by 2^(lse_s - M) / sum and added in split order, exactly as merge_splits_kernel, so
+// which blocks merge changes no bit; the last merger to finish zeroes the counters.
+// One warp per row and a lane per 4 columns: the warp turns its row's lse into weights in
+// shared memory (the start of the kernel's dynamic shared memory, [rows of the tile][num_splits]
+// floats, num_splits <= MAX_SPLITS: 64 KB), so no block barrier stands between the weights and
+// the sums, and each lane asks L2 for its first kMergeLoads splits' partials before the lse.
+// How many merge (decode_gqa.cu, merge_blocks): about one per 64 (row, split) partials, where
+// the whole grid is resident at once (a waiting merger must not hold an SM that a block it
+// waits for needs). Against the merge before it (the last block alone, a block barrier between
+// the weights and the sums, 8 columns per thread) and against one merger, in one process on
+// the H100 (results/logs/h100_s9_decode_mergers/, its script beside it): faster where a row
+// tile has many partials (MQA at batch 1, 4 KV heads at 8192 keys) or few splits' partials
+// that one trip to L2 now reads (8 KV heads), the same elsewhere, bit for bit the same output.
+// Eight mergers everywhere was slower where the splits are few or the keys long: a waiting
+// merger holds its SM, which the next kernel's blocks (launched overlapped) would have used.
 template <typename Cfg, typename Element>
 __device__ __forceinline__ void merge_in_last_block(const GqaParams& p) {
   static_assert(kRowsPerTile * MAX_SPLITS * 4 <= Cfg::kSmemBytes, "the weights fit");
   extern __shared__ __align__(128) unsigned char smem_weights[];
   float* const smem = reinterpret_cast<float*>(smem_weights);
-  __shared__ bool is_last;
-  __shared__ float row_scale[kRowsPerTile];
+  __shared__ int ticket_shared;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  int64_t block = blockIdx.x;
+  const int64_t block = blockIdx.x;
   const int row_tile = static_cast<int>(block % p.row_tiles);
   const int64_t b_kv = block / p.row_tiles / p.num_splits;
   const int64_t tile = b_kv * p.row_tiles + row_tile;
-  __syncthreads();  // the block's partials and lse are written, and nobody reads smem any more
-  if (tid == 0) is_last = count_block_is_last(p.counters + tile, p.num_splits);
-  __syncthreads();
-  if (!is_last) return;
   const int row0 = row_tile * kRowsPerTile;
   const int rows_here = min(kRowsPerTile, p.rows - row0);
-  const int64_t first = b_kv * p.num_splits * p.rows + row0;  // split 0's row row0
-  for (int rr = warp; rr < rows_here; rr += Cfg::kWarps) {
-    float m = -INFINITY;
-    for (int s = lane; s < p.num_splits; s += 32)
-      m = fmaxf(m, __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr));
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset));
-    float total = 0.f;
-    for (int s = lane; s < p.num_splits; s += 32) {
-      const float lse = __ldcg(p.lse + first + static_cast<int64_t>(s) * p.rows + rr);
-      const float w = lse == -INFINITY ? 0.f : exp2f(lse - m);
-      smem[rr * p.num_splits + s] = w;
-      total += w;
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(FULL_MASK, total, offset);
-    if (lane == 0) row_scale[rr] = total > 0.f ? 1.f / total : 0.f;  // no visible key: 0
-  }
+  const int num_splits = p.num_splits;
+  // The last `mergers` blocks to count merge, the k-th last (rank k - 1) rows rank, rank +
+  // mergers, ...; with one, counters holds one int per row tile, else two.
+  const int mergers = min(p.merge_blocks, rows_here);
+  int* const count = p.counters + (p.merge_blocks > 1 ? 2 * tile : tile);
+  __syncthreads();  // the block's partials and lse are written, and nobody reads smem any more
+  if (tid == 0) ticket_shared = count_block_ticket(count, num_splits);
   __syncthreads();
-  constexpr int kChunks8 = Cfg::kHeadDim / 8;
-  const int64_t split_stride = static_cast<int64_t>(p.rows) * p.head_dim;  // one split's rows
-  for (int idx = tid; idx < rows_here * kChunks8; idx += Cfg::kThreads) {
-    const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
-    if (d0 >= p.head_dim) continue;
-    float val[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    const float* src = p.partial + (first + rr) * p.head_dim + d0;
-    int s = 0;
-    // kMergeLoads splits' partials in flight at once, then added in split order (the same
-    // arithmetic as one at a time, when each split cost a trip to L2 in series: a per-block
-    // timeline of an eager decode put that merge at a few microseconds,
-    // results/logs/h100_s8_decode_timeline/; as graph replays the in-flight loads measured 1-2%
-    // faster at batch 1 and the same elsewhere, results/logs/h100_s8_decode_merge/).
-    constexpr int kMergeLoads = 8;
-    for (; s + kMergeLoads <= p.num_splits; s += kMergeLoads) {
-      float4 lo[kMergeLoads], hi[kMergeLoads];
-#pragma unroll
-      for (int i = 0; i < kMergeLoads; ++i) {
-        lo[i] = __ldcg(reinterpret_cast<const float4*>(src + i * split_stride));
-        hi[i] = __ldcg(reinterpret_cast<const float4*>(src + i * split_stride + 4));
-      }
-#pragma unroll
-      for (int i = 0; i < kMergeLoads; ++i) add_weighted(val, smem[rr * p.num_splits + s + i], lo[i], hi[i]);
-      src += kMergeLoads * split_stride;
-    }
-    for (; s < p.num_splits; ++s) {
-      const float w = smem[rr * p.num_splits + s];
-      add_weighted(val, w, __ldcg(reinterpret_cast<const float4*>(src)),
-                   __ldcg(reinterpret_cast<const float4*>(src + 4)));
-      src += split_stride;  // the next split's row
-    }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) val[e] *= row_scale[rr];
-    store_output<Element>(p, b_kv / p.heads_kv, static_cast<int>(b_kv % p.heads_kv), row0 + rr, d0, val);
+  const int rank = num_splits - 1 - ticket_shared;  // 0: the last block to count
+  if (rank >= mergers) return;
+  if (rank > 0) {
+    if (tid == 0) wait_for_count(count, num_splits);  // the last block's count
+    __syncthreads();
   }
-  if (tid == 0) p.counters[tile] = 0;  // zeroed for the next decode (and graph replay)
+  const int64_t first = b_kv * p.num_splits * p.rows + row0;  // split 0's row row0
+  const int64_t split_stride = static_cast<int64_t>(p.rows) * p.head_dim;  // one split's rows
+  const int64_t b = b_kv / p.heads_kv;
+  const int kv = static_cast<int>(b_kv % p.heads_kv);
+  const int weights_stride = (num_splits + 3) & ~3;  // rows of weights start 16-byte aligned
+  constexpr int kChunks4 = Cfg::kHeadDim / 4;  // a lane's 4 columns
+  constexpr int kMergeLoads = 16;              // splits' partials in flight per lane
+  for (int rr = rank + warp * mergers; rr < rows_here; rr += Cfg::kWarps * mergers) {
+    float* const weights = smem + rr * weights_stride;
+    float row_scale = 0.f;
+    for (int c0 = 0; c0 < kChunks4; c0 += 32) {  // warp-uniform: one pass, two at head dim 256
+      const int d0 = (c0 + lane) * 4;
+      const bool active = c0 + lane < kChunks4 && d0 < p.head_dim;
+      const float* const src = p.partial + (first + rr) * p.head_dim + d0;
+      float4 part[kMergeLoads];
+      load_partials(part, src, split_stride, 0, num_splits, active);
+      if (c0 == 0) row_scale = split_weights(p.lse + first + rr, p.rows, num_splits, weights, lane);
+      float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s0 = 0; s0 < num_splits; s0 += kMergeLoads) {
+        if (s0 > 0) load_partials(part, src, split_stride, s0, num_splits, active);
+        if (s0 + kMergeLoads <= num_splits) {
+          // A whole group: its weights read as float4s, then the products, none predicated (a
+          // predicated shared-memory load per split compiled to a chain of load, wait, multiply).
+          float4 w4[kMergeLoads / 4];
+#pragma unroll
+          for (int j = 0; j < kMergeLoads / 4; ++j) w4[j] = *reinterpret_cast<const float4*>(weights + s0 + 4 * j);
+#pragma unroll
+          for (int i = 0; i < kMergeLoads; ++i) {
+            const float4 q = w4[i / 4];
+            const float w = i % 4 == 0 ? q.x : i % 4 == 1 ? q.y : i % 4 == 2 ? q.z : q.w;
+            val = add_weighted4(val, w, part[i]);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kMergeLoads; ++i)
+            if (s0 + i < num_splits) val = add_weighted4(val, weights[s0 + i], part[i]);
+        }
+      }
+      if (active)
+        store_output4<Element>(p, b, kv, row0 + rr, d0,
+                               make_float4(val.x * row_scale, val.y * row_scale,
+                                           val.z * row_scale, val.w * row_scale));
+    }
+  }
+  // Zeroed for the next decode (and graph replay), once no merger reads the count any more.
+  if (mergers == 1) {
+    if (tid == 0) count[0] = 0;
+  } else {
+    __syncthreads();
+    if (tid == 0 && atomicAdd(count + 1, 1) == mergers - 1) {
+      count[0] = 0;
+      count[1] = 0;
+    }
+  }
 }
 
 // Q copy `idx` of this row tile (row idx / kChunks of the tile, its 16-byte chunk
