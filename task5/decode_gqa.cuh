@@ -411,7 +411,8 @@ __device__ __forceinline__ void wait_for_count(const int* counter, int blocks) {
 // the weights and the sums, 8 columns per thread) and against one merger, in one process on
 // the H100 (results/logs/h100_s9_decode_mergers/, its script beside it): faster where a row
 // tile has many partials (MQA at batch 1, 4 KV heads at 8192 keys) or few splits' partials
-// that one trip to L2 now reads (8 KV heads), the same elsewhere, bit for bit the same output.
+// that one trip to L2 now reads (8 KV heads), within 1% elsewhere (4 KV heads at 32768 keys, its
+// four mergers ~1% behind one), bit for bit the same output.
 // Eight mergers everywhere was slower where the splits are few or the keys long: a waiting
 // merger holds its SM, which the next kernel's blocks (launched overlapped) would have used.
 template <typename Cfg, typename Element>
