@@ -89,13 +89,18 @@ bool rows_aligned_16(const torch::Tensor& t) {
 }
 
 // How many blocks of a row tile merge its splits (GqaParams::merge_blocks, merge_in_last_block):
-// one share of about kMergeItemsPerBlock (row, split) partials each, at most one row each, and
-// more than one only where the whole grid is resident at once, since the first mergers wait
-// for the last block to count. ATTN_GQA_MERGE_BLOCKS (read on every call so that one process
-// can compare) forces a count ("1", "2", "4", "8", "16"; within the same limits).
+// a waiting merger gains where a row tile has many splits' partials to read and costs where the
+// splits' blocks finish far apart (long key ranges) or where it holds an SM that the next
+// overlapped kernel would use (few splits), as measured (results/logs/h100_s9_decode_mergers/):
+// so more than one only for key ranges of at most kMergeWaitMaxKeys keys (the cache's capacity
+// or the window, over the splits), one per 4 splits, at most one row each, and only where the
+// whole grid is resident at once (the first mergers wait for the last block to count).
+// ATTN_GQA_MERGE_BLOCKS (read on every call so that one process can compare) forces a count
+// ("1", "2", "4", "8", "16"; within the same limits).
 template <typename Element, typename Cfg, typename KvLayout>
-int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_splits) {
-  constexpr int64_t kMergeItemsPerBlock = 64;
+int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_splits,
+                 int64_t keys_per_split) {
+  constexpr int64_t kMergeWaitMaxKeys = 512;
   static int resident[64] = {};  // blocks resident at once on each device; 0: not looked up yet
   if (num_splits <= 1 || device < 0 || device >= 64) return 1;
   if (resident[device] == 0) {
@@ -106,7 +111,7 @@ int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_
     resident[device] = std::max(1, per_sm * sms);
   }
   if (blocks > resident[device]) return 1;
-  int64_t wanted = rows_per_tile * num_splits / kMergeItemsPerBlock;
+  int64_t wanted = keys_per_split <= kMergeWaitMaxKeys ? num_splits / 4 : 1;
   const int forced = attn::env_choice("ATTN_GQA_MERGE_BLOCKS", {"auto", "1", "2", "4", "8", "16"}, 0);
   if (forced > 0) wanted = int64_t{1} << (forced - 1);
   return static_cast<int>(std::max<int64_t>(1, std::min({wanted, rows_per_tile, num_splits})));
@@ -222,8 +227,11 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
     using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
+      // The keys a split may read: the cache's capacity or the window, over the splits.
+      const int64_t keys = mask.window > 0 ? std::min<int64_t>(mask.seq_k, int64_t{mask.window} + seq_q)
+                                           : mask.seq_k;
       p.merge_blocks = merge_blocks<Element, Cfg, KvLayout>(device, blocks, std::min<int64_t>(rows, kRowsPerTile),
-                                                           num_splits);
+                                                           num_splits, (keys + num_splits - 1) / num_splits);
       p.counters = num_splits > 1 ? split_counters(stream, (p.merge_blocks > 1 ? 2 : 1) * batch * heads_kv * row_tiles)
                                   : nullptr;
       p.prefetch = prefetch ? Cfg::kStages - 1 : 0;  // the tiles its ring would hold in flight

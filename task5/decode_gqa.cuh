@@ -405,16 +405,16 @@ __device__ __forceinline__ void wait_for_count(const int* counter, int blocks) {
 // shared memory (the start of the kernel's dynamic shared memory, [rows of the tile][num_splits]
 // floats, num_splits <= MAX_SPLITS: 64 KB), so no block barrier stands between the weights and
 // the sums, and each lane asks L2 for its first kMergeLoads splits' partials before the lse.
-// How many merge (decode_gqa.cu, merge_blocks): about one per 64 (row, split) partials, where
-// the whole grid is resident at once (a waiting merger must not hold an SM that a block it
-// waits for needs). Against the merge before it (the last block alone, a block barrier between
-// the weights and the sums, 8 columns per thread) and against one merger, in one process on
-// the H100 (results/logs/h100_s9_decode_mergers/, its script beside it): faster where a row
-// tile has many partials (MQA at batch 1, 4 KV heads at 8192 keys) or few splits' partials
-// that one trip to L2 now reads (8 KV heads), within 1% elsewhere (4 KV heads at 32768 keys, its
-// four mergers ~1% behind one), bit for bit the same output.
-// Eight mergers everywhere was slower where the splits are few or the keys long: a waiting
-// merger holds its SM, which the next kernel's blocks (launched overlapped) would have used.
+// How many merge (decode_gqa.cu, merge_blocks): one per 4 splits, at most one row each, where
+// a split's key range is short (its blocks then finish close together) and the whole grid is
+// resident at once (a waiting merger must not hold an SM that a block it waits for needs);
+// else the last block alone. Against the merge before it (the last block alone, a block
+// barrier between the weights and the sums, 8 columns per thread) and against one merger, in
+// one process on the H100 (results/logs/h100_s9_decode_mergers/, its script beside it): faster
+// where a row tile has many partials (MQA at batch 1, 4 KV heads at 8192 keys) or few splits'
+// partials that one trip to L2 now reads (8 KV heads), bit for bit the same output. More
+// mergers were slower where the splits are few or their key ranges long: a waiting merger
+// holds its SM, which the next kernel's blocks (launched overlapped) would have used.
 template <typename Cfg, typename Element>
 __device__ __forceinline__ void merge_in_last_block(const GqaParams& p) {
   static_assert(kRowsPerTile * MAX_SPLITS * 4 <= Cfg::kSmemBytes, "the weights fit");
