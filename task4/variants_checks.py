@@ -37,7 +37,7 @@ import torch
 
 from common.checks import Check, check_raises, random_qkv
 from common.harness import gpu_group
-from common.timing import attention_flops, interleaved_samples, tflops, time_cuda
+from common.timing import attention_flops, interleaved_medians, interleaved_samples, tflops, time_cuda
 from common.variants import Variant, check_variant, keep_mask, reference_lse_variant
 from task4 import attention as attention_module
 from task4.attention import flash_attention, hopper_prefill
@@ -537,9 +537,14 @@ def variants_bench_group(args=None):
     # them (on an H100 the Hopper kernel, whose general predicate takes the window).
     b, h, s, d, w = WINDOW_BENCH
     sets = [_case_inputs(b, h, h, s, s, d, torch.float16, gen, device) for _ in range(2)]
-    dense_ms = time_cuda(lambda q, k, v: flash_attention(q, k, v, True), inputs=sets).median_ms
-    window_ms = time_cuda(lambda q, k, v: flash_attention(q, k, v, True, window=w),
-                          inputs=sets).median_ms
+    # In alternating rounds (interleaved_medians): timed one after the other, the dense time
+    # moved by more than 10% between runs, and the ratio with it.
+    timers = {"dense": lambda reps: time_cuda(lambda q, k, v: flash_attention(q, k, v, True),
+                                              inputs=sets, repeats=reps).median_ms,
+              "window": lambda reps: time_cuda(lambda q, k, v: flash_attention(q, k, v, True, window=w),
+                                               inputs=sets, repeats=reps).median_ms}
+    ms = interleaved_medians(timers, rounds=5, repeats=20)
+    dense_ms, window_ms = ms["dense"], ms["window"]
     visible = w * (w + 1) / 2 + (s - w) * w            # (query, key) pairs per head
     bound = (s * (s + 1) / 2) / visible                # the speedup if cost ~ visible pairs
     key = variant_prefix(WINDOW_CASE)

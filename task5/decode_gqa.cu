@@ -100,7 +100,7 @@ bool rows_aligned_16(const torch::Tensor& t) {
 template <typename Element, typename Cfg, typename KvLayout>
 int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_splits,
                  int64_t keys_per_split) {
-  constexpr int64_t kMergeWaitMaxKeys = 512;
+  constexpr int64_t kMergeWaitMaxKeys = 768;  // between 520 (MQA: faster) and 1024 (slower)
   static int resident[64] = {};  // blocks resident at once on each device; 0: not looked up yet
   if (num_splits <= 1 || device < 0 || device >= 64) return 1;
   if (resident[device] == 0) {
