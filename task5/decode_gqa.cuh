@@ -98,7 +98,12 @@
 // fixed time is a kernel launch, one trip to HBM and the split merge; a decode of 16 keys
 // measures it (floor_us in results/logs/h100_gqa_varlen_splits.json, beside cuDNN's). So a
 // cache that streams in a few times that fixed time (batch 1, 4 KV heads) stays well below the
-// copy bandwidth, cuDNN's decode too.
+// copy bandwidth, cuDNN's decode too. It is not the merge there: merges several times cheaper
+// left that decode's time unchanged as graph replays (the next decode's overlapped blocks
+// start while it runs), and torch.sum over the same bytes takes as long as the whole decode
+// (results/logs/h100_s9_stream_refs/). Nor the split count: cutting the keys finer than one
+// block per SM, so that the SMs that finish first take the later splits, was slower at every
+// count (each block pays its own ramp; results/logs/h100_s9_decode_mergers/, split sweep).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
