@@ -94,7 +94,11 @@ bool rows_aligned_16(const torch::Tensor& t) {
 // overlapped kernel would use (few splits), as measured (results/logs/h100_s9_decode_mergers/):
 // so more than one only for key ranges of at most kMergeWaitMaxKeys keys (the cache's capacity
 // or the window, over the splits), one per 4 splits, at most one row each, and only where the
-// whole grid is resident at once (the first mergers wait for the last block to count).
+// whole grid is resident at once: the first mergers wait for the last block to count, so a
+// waiting merger must never hold the SM that block needs. (It waits only for blocks of its own
+// row tile, which the GPU dispatches in index order before any later tile's, so fewer SMs
+// than mergers would be needed to stall it; the residency bound is kept as a margin, for
+// instance where an MPS partition leaves the process fewer SMs than the device reports.)
 // ATTN_GQA_MERGE_BLOCKS (read on every call so that one process can compare) forces a count
 // ("1", "2", "4", "8", "16"; within the same limits).
 template <typename Element, typename Cfg, typename KvLayout>
