@@ -258,7 +258,10 @@ GQA_MAX_HEAD_DIM = 256          # its widest instantiation (common.limits.MAX_HE
 # cost only a longer merge. A sweep of forced split counts on the H100 (fp16, D 128) found the
 # counts that fill the most SMs in one wave fastest; at 85% the heuristic left 12-16 SMs idle
 # (results/logs/h100_gqa_splits_merge_ab.json, which also shows the merge's loads are not what
-# costs: issuing eight splits' loads at once changed nothing).
+# costs: issuing eight splits' loads at once changed nothing). Among the counts within that
+# efficiency, the first that deals every warp of every split the same whole number of key tiles
+# is preferred (a split of 16.5 tiles leaves half its warps a third tile while the others wait):
+# 32 splits instead of 31 of 8192 keys measured faster (results/logs/h100_s9_split_counts/).
 # A batch whose key lengths differ (key_lengths, several sequences): the blocks of the short
 # sequences finish early and leave their SMs idle while the longest sequence's run. Twice the
 # splits puts a second wave behind the first for those SMs to take, where the split count was
@@ -303,7 +306,10 @@ def _wave_splits(blocks: int, key_tiles: int, warps: int, slots: int, max_splits
         waves = blocks * splits / slots
         efficiency.append(waves / math.ceil(waves))
     best = max(efficiency)
-    return next(s for s, e in enumerate(efficiency, 1) if e >= GQA_WAVE_EFFICIENCY * best)
+    candidates = [s for s, e in enumerate(efficiency, 1) if e >= GQA_WAVE_EFFICIENCY * best]
+    # Among them, the first that gives every warp of every split the same number of whole tiles.
+    even = [s for s in candidates if key_tiles % (s * warps) == 0]
+    return even[0] if even else candidates[0]
 
 
 @cache
