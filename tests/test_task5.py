@@ -56,6 +56,13 @@ def test_gqa_split_heuristic():
     assert choose(64, 8192 // 16, 4, 132) == 2
     # B 64: 512 blocks are nearly four full waves already; 80% of one wave is enough.
     assert choose(512, 1024 // 16, 4, 132) == 1
+    # Within the margin, the first count that deals every warp the same whole number of tiles:
+    # MQA (32 query rows: 2 row tiles) at 8192 keys, 8 warps: 32 (2 tiles each), not 31 (16.5
+    # tiles a split); at 32768 keys 64, not 63 (results/logs/h100_s9_split_counts/).
+    assert choose(2, 8192 // 16, 8, 132) == 32
+    assert choose(2, 32768 // 16, 8, 132) == 64
+    # no count within the margin divides the tiles evenly: the first of them, as before
+    assert choose(32, 72, 8, 132) == 4
     assert choose(106, 10**6, 4, 132) == 1 and choose(105, 10**6, 4, 132) > 1
     # never fewer than GQA_MIN_TILES_PER_WARP tiles per warp of a split: short contexts stay whole
     assert choose(8, 2 * 4 * attention.GQA_MIN_TILES_PER_WARP - 1, 4, 132) == 1
