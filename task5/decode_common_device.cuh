@@ -149,23 +149,29 @@ struct MergeParams {
   int64_t out_stride_s = 0;
 };
 
-// The merges in a split's last block (decode.cu's merge_in_last_block, decode_gqa.cu's). Called
-// by thread 0 after a __syncthreads() that follows the block's writes: publishes them,
-// counts the block on *counter, and answers whether it was the last of `blocks` (after which
-// the other blocks' writes are visible to it). One thread fences, acquire-release, instead of a
-// __threadfence() (sequentially consistent) in every thread: task 6's bf16 decode step was
-// slightly faster so (task6/NOTES.md). fence.acq_rel needs Volta (sm_70) or later.
-__device__ __forceinline__ bool count_block_is_last(int* counter, int blocks) {
+// The merges in a split's last block(s) (decode.cu's merge_in_last_block, decode_gqa.cu's).
+// Called by thread 0 after a __syncthreads() that follows the block's writes: publishes them,
+// counts the block on *counter and answers its place in the count, 0 .. blocks - 1 (blocks - 1
+// for the last, after which the other blocks' writes are visible to it). One thread fences,
+// acquire-release, instead of a __threadfence() (sequentially consistent) in every thread: task
+// 6's bf16 decode step was slightly faster so (task6/NOTES.md). fence.acq_rel needs Volta
+// (sm_70) or later.
+__device__ __forceinline__ int count_block_ticket(int* counter, int blocks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
-  const bool last = atomicAdd(counter, 1) == blocks - 1;
-  if (last) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the count, then their writes
+  const int ticket = atomicAdd(counter, 1);
+  if (ticket == blocks - 1) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // the count, then their writes
 #else
   __threadfence();
-  const bool last = atomicAdd(counter, 1) == blocks - 1;
-  if (last) __threadfence();
+  const int ticket = atomicAdd(counter, 1);
+  if (ticket == blocks - 1) __threadfence();
 #endif
-  return last;
+  return ticket;
+}
+
+// Was this block the last of `blocks` to count (count_block_ticket)?
+__device__ __forceinline__ bool count_block_is_last(int* counter, int blocks) {
+  return count_block_ticket(counter, blocks) == blocks - 1;
 }
 
 }  // namespace attn_decode

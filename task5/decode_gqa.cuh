@@ -156,7 +156,7 @@
 
 namespace attn_gqa {
 
-// MAX_SPLITS, packs, count_block_is_last (decode_common_device.cuh); PagedKv (decode_paged.cuh).
+// MAX_SPLITS, packs, count_block_ticket (decode_common_device.cuh); PagedKv (decode_paged.cuh).
 using namespace attn_decode;
 
 
@@ -378,15 +378,6 @@ __device__ __forceinline__ void load_partials(float4 (&part)[kLoads], const floa
 __device__ __forceinline__ float4 add_weighted4(float4 val, float w, float4 part) {
   return make_float4(fmaf(w, part.x, val.x), fmaf(w, part.y, val.y), fmaf(w, part.z, val.z),
                      fmaf(w, part.w, val.w));
-}
-
-// count_block_is_last's count (decode_common_device.cuh), answering the block's place in it:
-// 0 .. blocks - 1, blocks - 1 for the last (after which every block's writes are visible).
-__device__ __forceinline__ int count_block_ticket(int* counter, int blocks) {
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");  // this block's writes, then the count
-  const int ticket = atomicAdd(counter, 1);
-  if (ticket == blocks - 1) asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-  return ticket;
 }
 
 // Spin until *counter reaches `blocks` (read with acquire: every counted block's writes, made
