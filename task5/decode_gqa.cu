@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -246,14 +247,21 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
       p.counters = num_splits > 1 ? split_counters(stream, (p.merge_blocks > 1 ? 2 : 1) * batch * heads_kv * row_tiles)
                                   : nullptr;
       p.prefetch = prefetch ? Cfg::kStages - 1 : 0;  // the tiles its ring would hold in flight
-      // A/B (ATTN_GQA_PERSISTENT=0 switches it off): unsplit work of more blocks than are resident
-      // at once runs on a persistent grid of one wave (GqaParams::items).
+      // Unsplit work of more blocks than are resident at once runs on a persistent grid of one
+      // wave (GqaParams::items; the header says why). Read on every call so that one process can
+      // compare: ATTN_GQA_PERSISTENT=0 launches a block per item instead; ATTN_GQA_PERSISTENT_GRID=N
+      // (tests, compute-sanitizer) a persistent grid of N blocks wherever there are more items.
       int64_t grid = blocks;
       p.items = 0;
-      const int64_t wave = resident_blocks<Element, Cfg, KvLayout>(device);
-      if (num_splits == 1 && blocks > wave && attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
-        p.items = blocks;
-        grid = wave;
+      if (Cfg::kPersistent && num_splits == 1 &&
+          attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
+        const char* forced = std::getenv("ATTN_GQA_PERSISTENT_GRID");
+        const int64_t wave = forced != nullptr && std::atoi(forced) > 0
+                                 ? std::atoi(forced) : resident_blocks<Element, Cfg, KvLayout>(device);
+        if (blocks > wave) {
+          p.items = blocks;
+          grid = wave;
+        }
       }
       attn::launch_maybe_overlapped("decode_gqa_kernel", gqa_kernel<Element, Cfg, KvLayout>(),
                                     dim3(static_cast<unsigned>(grid)), dim3(Cfg::kThreads),

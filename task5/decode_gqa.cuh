@@ -105,6 +105,19 @@
 // block per SM, so that the SMs that finish first take the later splits, was slower at every
 // count (each block pays its own ramp; results/logs/h100_s9_decode_mergers/, split sweep).
 //
+// A persistent grid for large batches. Unsplit work of more blocks than are resident at once
+// (batch 16 and more at 8 KV heads) used to run as several waves of one-item blocks, each
+// paying its own ramp (its first K/V tile's trip to HBM) and tail (the warp merge and the
+// output); splitting such work further was slower at every count (results/logs/
+// h100_s9_split_counts/, a batch sweep beside the batch-1 one), which put a price on that fixed
+// cost of a few microseconds per block on each SM. So such a grid is one wave of blocks that
+// walk the items blockIdx.x, + gridDim.x, ... (GqaParams::items), and each copies its next
+// item's Q and first tile (into the ring stage its warp merge leaves free, Cfg::kFreeStage)
+// before merging the item it has just streamed: the ramp overlaps the tail. Bit for bit the
+// same output as a block per item; faster at every several-wave shape measured, most where the
+// items are short (results/logs/h100_s9_persistent/). Not compiled at head dim 256, whose
+// registers it would spill (Cfg::kPersistent).
+//
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
 // (sequence, KV head, row tile) blocks nearly fill the GPU's resident blocks, else the fewest
@@ -193,6 +206,9 @@ struct GqaConfig {
   // The first ring stage the warp merge's scratch (kRowsPerTile rows of kScratchStride floats at
   // the ring's start) leaves free: a persistent block copies its next item's first tile there.
   static constexpr int kFreeStage = (kRowsPerTile * kScratchStride * 4 + kStageBytes - 1) / kStageBytes;
+  // Whether the persistent grid is compiled in: not at head dim 256, whose O accumulator leaves
+  // no registers for the loop's state (ptxas spilled).
+  static constexpr bool kPersistent = kHeadDim <= 128;
   static_assert(kTileKeys % 16 == 0, "whole k16 steps of P V");
   static_assert((kTileKeys * Smem::kChunks) % 32 == 0, "whole copies per lane");
   static_assert(kRowsPerTile * kScratchStride * 4 <= kWarpRingBytes, "O fits in the ring");
@@ -731,7 +747,8 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
 }
 
 // grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
-// row tile), the row tile fastest. See the top of the file.
+// row tile), the row tile fastest; or, persistent (p.items > 0, one split), fewer blocks, each
+// walking the items blockIdx.x, + gridDim.x, ... See the top of the file.
 // KvLayout: where the keys are (ContiguousKv, or PagedKv of decode_paged.cuh).
 template <typename Element, typename Cfg, typename KvLayout>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaParams p,
@@ -987,8 +1004,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 
   // A persistent block: the next item's Q and first tile (into the stage the warp merge leaves
   // free) are copied now, in the prologue's two commit groups, while this item merges.
-  const int64_t next_item = p.items > 0 ? item + gridDim.x : p.items;
-  if (next_item < p.items) {
+  const int64_t next_item = Cfg::kPersistent && p.items > 0 ? item + gridDim.x : p.items;
+  if (Cfg::kPersistent && next_item < p.items) {
     const GqaBlock nxt(p, next_item);
     cur_plan = plan_keys<kT>(p, nxt, attn::KeyMask<true>(p.mask, nxt.b, static_cast<int64_t>(nxt.kv) * p.group));
     __syncthreads();  // every warp is past its reads of Q (head dim 256 reads it in the loop)
@@ -1139,7 +1156,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
       }
     }
   }
-  if (next_item >= p.items) break;
+  if (!Cfg::kPersistent || next_item >= p.items) break;
   __syncthreads();  // the merge's scratch has been read before the next item's copies land
   item = next_item;
   cur = GqaBlock(p, item);
