@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -101,12 +102,11 @@ bool rows_aligned_16(const torch::Tensor& t) {
 // instance where an MPS partition leaves the process fewer SMs than the device reports.)
 // ATTN_GQA_MERGE_BLOCKS (read on every call so that one process can compare) forces a count
 // ("1", "2", "4", "8", "16"; within the same limits).
+// The kernel's blocks resident at once on `device` (looked up once per device).
 template <typename Element, typename Cfg, typename KvLayout>
-int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_splits,
-                 int64_t keys_per_split) {
-  constexpr int64_t kMergeWaitMaxKeys = 768;  // between 520 (MQA: faster) and 1024 (slower)
-  static int resident[64] = {};  // blocks resident at once on each device; 0: not looked up yet
-  if (num_splits <= 1 || device < 0 || device >= 64) return 1;
+int64_t resident_blocks(int device) {
+  static int resident[64] = {};  // 0: not looked up yet
+  if (device < 0 || device >= 64) return 1;
   if (resident[device] == 0) {
     int per_sm = 0, sms = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -114,7 +114,15 @@ int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     resident[device] = std::max(1, per_sm * sms);
   }
-  if (blocks > resident[device]) return 1;
+  return resident[device];
+}
+
+template <typename Element, typename Cfg, typename KvLayout>
+int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_splits,
+                 int64_t keys_per_split) {
+  constexpr int64_t kMergeWaitMaxKeys = 768;  // between 520 (MQA: faster) and 1024 (slower)
+  if (num_splits <= 1 || device < 0 || device >= 64) return 1;
+  if (blocks > resident_blocks<Element, Cfg, KvLayout>(device)) return 1;
   int64_t wanted = keys_per_split <= kMergeWaitMaxKeys ? num_splits / 4 : 1;
   const int forced = attn::env_choice("ATTN_GQA_MERGE_BLOCKS", {"auto", "1", "2", "4", "8", "16"}, 0);
   if (forced > 0) wanted = int64_t{1} << (forced - 1);
@@ -239,8 +247,24 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
       p.counters = num_splits > 1 ? split_counters(stream, (p.merge_blocks > 1 ? 2 : 1) * batch * heads_kv * row_tiles)
                                   : nullptr;
       p.prefetch = prefetch ? Cfg::kStages - 1 : 0;  // the tiles its ring would hold in flight
+      // Unsplit work of more blocks than are resident at once runs on a persistent grid of one
+      // wave (GqaParams::items; the header says why). Read on every call so that one process can
+      // compare: ATTN_GQA_PERSISTENT=0 launches a block per item instead; ATTN_GQA_PERSISTENT_GRID=N
+      // (tests, compute-sanitizer) a persistent grid of N blocks wherever there are more items.
+      int64_t grid = blocks;
+      p.items = 0;
+      if (Cfg::kPersistent && num_splits == 1 &&
+          attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
+        const char* forced = std::getenv("ATTN_GQA_PERSISTENT_GRID");
+        const int64_t wave = forced != nullptr && std::atoi(forced) > 0
+                                 ? std::atoi(forced) : resident_blocks<Element, Cfg, KvLayout>(device);
+        if (blocks > wave) {
+          p.items = blocks;
+          grid = wave;
+        }
+      }
       attn::launch_maybe_overlapped("decode_gqa_kernel", gqa_kernel<Element, Cfg, KvLayout>(),
-                                    dim3(static_cast<unsigned>(blocks)), dim3(Cfg::kThreads),
+                                    dim3(static_cast<unsigned>(grid)), dim3(Cfg::kThreads),
                                     Cfg::kSmemBytes, overlap, stream, p, kv_layout);
       if (num_splits > 1 && p.counters == nullptr) {
         MergeParams<Element, float> merge{p.partial, p.lse, static_cast<Element*>(p.out),

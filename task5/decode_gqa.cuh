@@ -105,6 +105,19 @@
 // block per SM, so that the SMs that finish first take the later splits, was slower at every
 // count (each block pays its own ramp; results/logs/h100_s9_decode_mergers/, split sweep).
 //
+// A persistent grid for large batches. Unsplit work of more blocks than are resident at once
+// (batch 16 and more at 8 KV heads) used to run as several waves of one-item blocks, each
+// paying its own ramp (its first K/V tile's trip to HBM) and tail (the warp merge and the
+// output); splitting such work further was slower at every count (results/logs/
+// h100_s9_split_counts/, a batch sweep beside the batch-1 one), which put a price on that fixed
+// cost of a few microseconds per block on each SM. So such a grid is one wave of blocks that
+// walk the items blockIdx.x, + gridDim.x, ... (GqaParams::items), and each copies its next
+// item's Q and first tile (into the ring stage its warp merge leaves free, Cfg::kFreeStage)
+// before merging the item it has just streamed: the ramp overlaps the tail. Bit for bit the
+// same output as a block per item; faster at every several-wave shape measured, most where the
+// items are short (results/logs/h100_s9_persistent/). Not compiled at head dim 256, whose
+// registers it would spill (Cfg::kPersistent).
+//
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
 // (sequence, KV head, row tile) blocks nearly fill the GPU's resident blocks, else the fewest
@@ -190,9 +203,16 @@ struct GqaConfig {
   // floats of padding put the 8 rows a warp's quads write at once in different banks).
   static constexpr int kScratchStride = kHeadDim + 8;
   static constexpr int kSmemBytes = Smem::kTileAlign + kQBytes + kWarps * kWarpRingBytes;
+  // The first ring stage the warp merge's scratch (kRowsPerTile rows of kScratchStride floats at
+  // the ring's start) leaves free: a persistent block copies its next item's first tile there.
+  static constexpr int kFreeStage = (kRowsPerTile * kScratchStride * 4 + kStageBytes - 1) / kStageBytes;
+  // Whether the persistent grid is compiled in: not at head dim 256, whose O accumulator leaves
+  // no registers for the loop's state (ptxas spilled).
+  static constexpr bool kPersistent = kHeadDim <= 128;
   static_assert(kTileKeys % 16 == 0, "whole k16 steps of P V");
   static_assert((kTileKeys * Smem::kChunks) % 32 == 0, "whole copies per lane");
   static_assert(kRowsPerTile * kScratchStride * 4 <= kWarpRingBytes, "O fits in the ring");
+  static_assert(kFreeStage < kStages, "a stage is free during the warp merge");
   static_assert(!Smem::kSwizzle || (kQBytes % Smem::kTileAlign == 0 &&
                                     kTileBytes % Smem::kTileAlign == 0),
                 "swizzled tiles start kTileAlign-aligned (pair_step)");
@@ -232,6 +252,10 @@ struct GqaParams {
   // ints per row tile (its count, and the count of its merges done). H > 1 only where every
   // block of the grid is resident at once (the first H - 1 wait for the last).
   int merge_blocks;
+  // num_splits == 1 only: > 0, the grid is persistent: its gridDim.x blocks walk the items
+  // blockIdx.x, + gridDim.x, ... below `items` (B * H_kv * row tiles), each item's Q and first
+  // K/V tile copied while the item before it merges its warps.
+  int64_t items;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -723,7 +747,8 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
 }
 
 // grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
-// row tile), the row tile fastest. See the top of the file.
+// row tile), the row tile fastest; or, persistent (p.items > 0, one split), fewer blocks, each
+// walking the items blockIdx.x, + gridDim.x, ... See the top of the file.
 // KvLayout: where the keys are (ContiguousKv, or PagedKv of decode_paged.cuh).
 template <typename Element, typename Cfg, typename KvLayout>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaParams p,
@@ -788,30 +813,38 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   __shared__ float warp_weight[kW][kRowsPerTile]; // each warp's factor in the final row
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int split = at.split, kv = at.kv, row0 = at.row0, rows_here = at.rows_here;
-  const int64_t b_kv = at.b_kv, b = at.b;
-
-  // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
-  // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
-  // visible to every row with no bias (plan_keys). Uniform over the block.
-  const GqaPlan plan = plan_before_wait
-      ? early_plan
-      : plan_keys<kT>(p, at, attn::KeyMask<true>(p.mask, b, static_cast<int64_t>(kv) * p.group));
-  const int key_lo = plan.key_lo, key_hi = plan.key_hi;
-  const int2 unmasked = plan.unmasked;
-  const int tile_begin = plan.tile_begin, tile_end = plan.tile_end;
-  // This warp's tiles: tile_begin + warp, + kW, + 2 kW, ...
-  const int my_tiles = tile_end - tile_begin > warp ? (tile_end - tile_begin - warp + kW - 1) / kW : 0;
-
   // Shared memory: Q, then each warp's ring of kStages (K tile, V tile) stages.
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t smem_q = (raw + (Smem::kTileAlign - 1)) & ~static_cast<uint32_t>(Smem::kTileAlign - 1);
   unsigned char* const smem_q_ptr = smem_raw + (smem_q - raw);
   const uint32_t ring = smem_q + Cfg::kQBytes + warp * Cfg::kWarpRingBytes;
 
+  // A persistent grid (p.items > 0) walks its items; else the block is one item.
+  int64_t item = blockIdx.x;
+  GqaBlock cur = at;
+  GqaPlan cur_plan = early_plan;
+  bool first_item = true;
+  bool preloaded = false;  // this item's Q and first tile were copied during the item before
+  int base = 0;            // the ring stage of this item's first tile
+  for (;;) {
+  const int split = cur.split, kv = cur.kv, row0 = cur.row0, rows_here = cur.rows_here;
+  const int64_t b_kv = cur.b_kv, b = cur.b;
+
+  // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
+  // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
+  // visible to every row with no bias (plan_keys). Uniform over the block.
+  const GqaPlan plan = (first_item && plan_before_wait) || preloaded
+      ? cur_plan
+      : plan_keys<kT>(p, cur, attn::KeyMask<true>(p.mask, b, static_cast<int64_t>(kv) * p.group));
+  const int key_lo = plan.key_lo, key_hi = plan.key_hi;
+  const int2 unmasked = plan.unmasked;
+  const int tile_begin = plan.tile_begin, tile_end = plan.tile_end;
+  // This warp's tiles: tile_begin + warp, + kW, + 2 kW, ...
+  const int my_tiles = tile_end - tile_begin > warp ? (tile_end - tile_begin - warp + kW - 1) / kW : 0;
+
   const typename KvLayout::template Rows<Element> kv_rows(kv_layout, b, kv);
   auto load_stage = [&](int stage, int tile) {
-    const uint32_t k_tile = ring + stage * Cfg::kStageBytes;
+    const uint32_t k_tile = ring + ((base + stage) % kStages) * Cfg::kStageBytes;
     load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, kv_rows, p.q, key_lo + tile * kT,
                                 key_hi, p.head_dim, lane);
   };
@@ -820,9 +853,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   // each, empty past its last tile, so that the waits below count the same). The first two
   // groups from addresses worked out before the wait where there are (copies_early), else here:
   // a paged cache, or key lengths read after the wait.
-  if (copies_early) {
+  if (first_item && copies_early) {
     first.issue(lane);  // the same copies and commit groups as the branch below
-  } else {
+  } else if (!preloaded) {
     load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
     cp_async_commit();
     if (0 < my_tiles) load_stage(0, tile_begin + warp);
@@ -862,7 +895,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // tile it has landed (this lane's copies) ...
     __syncwarp();                  // ... and the warp's
-    const uint32_t k_tile = ring + (it % kStages) * Cfg::kStageBytes;
+    const uint32_t k_tile = ring + ((base + it) % kStages) * Cfg::kStageBytes;
     const uint32_t v_tile = k_tile + Cfg::kTileBytes;
     const int key0 = key_lo + (tile_begin + warp + it * kW) * kT;
 
@@ -968,6 +1001,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   }
   cp_async_wait<0>();  // only empty groups can be left; the ring is free
   __syncwarp();
+
+  // A persistent block: the next item's Q and first tile (into the stage the warp merge leaves
+  // free) are copied now, in the prologue's two commit groups, while this item merges.
+  const int64_t next_item = Cfg::kPersistent && p.items > 0 ? item + gridDim.x : p.items;
+  if (Cfg::kPersistent && next_item < p.items) {
+    const GqaBlock nxt(p, next_item);
+    cur_plan = plan_keys<kT>(p, nxt, attn::KeyMask<true>(p.mask, nxt.b, static_cast<int64_t>(nxt.kv) * p.group));
+    __syncthreads();  // every warp is past its reads of Q (head dim 256 reads it in the loop)
+    load_q_tile<Cfg, Element>(smem_q, p, nxt.b, nxt.kv, nxt.row0, nxt.rows_here, tid);
+    cp_async_commit();
+    if (warp < cur_plan.tile_end - cur_plan.tile_begin) {
+      const typename KvLayout::template Rows<Element> next_rows(kv_layout, nxt.b, nxt.kv);
+      const uint32_t k_tile = ring + Cfg::kFreeStage * Cfg::kStageBytes;
+      load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, next_rows, p.q,
+                                  cur_plan.key_lo + (cur_plan.tile_begin + warp) * kT,
+                                  cur_plan.key_hi, p.head_dim, lane);
+    }
+    cp_async_commit();
+  }
 
   // ---- merge the warps ----
   // Only the warps that had key tiles (the first with_tiles) are merged. The others hold O = 0
@@ -1103,6 +1155,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
         *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
       }
     }
+  }
+  if (!Cfg::kPersistent || next_item >= p.items) break;
+  __syncthreads();  // the merge's scratch has been read before the next item's copies land
+  item = next_item;
+  cur = GqaBlock(p, item);
+  first_item = false;
+  preloaded = true;
+  base = Cfg::kFreeStage;
   }
   // END SOLUTION
   if (p.num_splits > 1 && p.counters != nullptr) {

@@ -159,7 +159,9 @@ def gqa_small_group(args=None):
     mma_small = [(2, 4, 2, 3, 37, 64, "causal", "softcap sinks scale"),
                  (3, 8, 2, 1, 37, 128, "lengths", "empty nan"),
                  (2, 6, 2, 5, 40, 96, "mask-bool", "")]
-    return checks + _mma_sweep(mma_small, gen, device, splits=(1, 3), dtypes=("fp16",)), {}
+    persistent = [(3, 8, 2, 1, 37, 128, "lengths", "empty nan"), (2, 8, 4, 1, 20, 64, "causal", "sinks")]
+    return (checks + _mma_sweep(mma_small, gen, device, splits=(1, 3), dtypes=("fp16",))
+            + _persistent_checks(persistent, gen, device)), {}
 
 
 def gqa_group(args=None):
@@ -241,6 +243,12 @@ MMA_SWEEP = [
 MMA_LONG = [(1, 8, 2, 1, 131072, 128, "causal", "")]
 # Split decodes merged by decode.cu's merge kernel instead of their last block (as when no
 # counters can be had: a graph captured before the first decode).
+# Several items per block on a persistent grid (forced to 2 blocks): every variant's plan, head
+# dims 64-128, 12 and 32 rows (one and two row tiles), left padding with empty sequences.
+MMA_PERSISTENT = [(5, 8, 2, 1, 300, 128, "window", "nan"), (4, 16, 4, 1, 700, 128, "left", "empty nan"),
+                  (3, 16, 4, 1, 200, 96, "left-window", "softcap sinks scale nan"),
+                  (4, 32, 8, 3, 90, 128, "causal", ""), (3, 32, 4, 4, 60, 64, "causal", ""),
+                  (2, 8, 2, 1, 64, 128, "mask-float", "")]
 MMA_MERGE_KERNEL = [(2, 8, 2, 1, 1023, 128, "causal", ""), (1, 32, 1, 1, 2049, 128, "causal", ""),
                     (2, 8, 2, 5, 700, 64, "left-window", "sinks nan empty"),
                     (2, 8, 2, 3, 900, 256, "mask-bool", "softcap")]
@@ -341,6 +349,29 @@ def _mma_sweep(cases, gen, device, splits=MMA_SPLITS, dtypes=MMA_DTYPES, routed=
     return checks
 
 
+def _persistent_checks(cases, gen, device) -> list[Check]:
+    """Unsplit work on a persistent grid (decode_gqa.cuh: each block walks items, copying the
+    next one's Q and first tile while it merges the one before), forced to a grid of 2 blocks
+    (ATTN_GQA_PERSISTENT_GRID) so that small cases walk several items: against float64, and bit
+    for bit equal to a block per item (ATTN_GQA_PERSISTENT=0)."""
+    checks = []
+    for b, hq, hkv, sq, sk, d, pattern, options in cases:
+        q, k, v = _mma_inputs(b, hq, hkv, sq, sk, d, torch.float16, gen, device, options)
+        variant = _mma_variant(pattern, options, b, hq, sq, sk, torch.float16, gen, device)
+        kr, vr = _poison_unread(k, v, variant, sq) if "nan" in options else (k, v)
+        name = (f"fp16 decode_gqa persistent grid of 2, B{b} Hq{hq}/Hkv{hkv} Sq{sq} Sk{sk} D{d}: "
+                f"{variant.describe()}{f' ({options})' if options else ''}")
+        with env_setting("ATTN_GQA_PERSISTENT_GRID", "2"):
+            checks.append(check_variant(name, lambda out: _run_gqa(q, kr, vr, variant, out, 1),
+                                        q, k, v, variant))
+            walked = _run_gqa(q, kr, vr, variant, None, 1)
+        with env_setting("ATTN_GQA_PERSISTENT", "0"):
+            per_item = _run_gqa(q, kr, vr, variant, None, 1)
+        checks.append(Check(f"{name}: bit for bit a block per item",
+                            torch.equal(walked.view(torch.int16), per_item.view(torch.int16))))
+    return checks
+
+
 def _graph_checks(gen, device) -> list[Check]:
     """A captured decode replayed while the key lengths (read on the device) change: equal,
     bit for bit, to eager calls with the same lengths, which the sweeps check for accuracy."""
@@ -379,6 +410,7 @@ def gqa_mma_group(args=None):
     with env_setting("ATTN_DECODE_COMBINE_KERNEL", "1"):
         checks += _mma_sweep(MMA_MERGE_KERNEL, gen, device, splits=(None, 5),
                              suffix=" [merge kernel]")
+    checks += _persistent_checks(MMA_PERSISTENT, gen, device)
     checks += _graph_checks(gen, device)
     ext = attention_module._ext()
     strict = (ValueError, TypeError)
