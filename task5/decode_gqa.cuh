@@ -827,342 +827,342 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   bool preloaded = false;  // this item's Q and first tile were copied during the item before
   int base = 0;            // the ring stage of this item's first tile
   for (;;) {
-  const int split = cur.split, kv = cur.kv, row0 = cur.row0, rows_here = cur.rows_here;
-  const int64_t b_kv = cur.b_kv, b = cur.b;
+    const int split = cur.split, kv = cur.kv, row0 = cur.row0, rows_here = cur.rows_here;
+    const int64_t b_kv = cur.b_kv, b = cur.b;
 
-  // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
-  // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
-  // visible to every row with no bias (plan_keys). Uniform over the block.
-  const GqaPlan plan = (first_item && plan_before_wait) || preloaded
-      ? cur_plan
-      : plan_keys<kT>(p, cur, attn::KeyMask<true>(p.mask, b, static_cast<int64_t>(kv) * p.group));
-  const int key_lo = plan.key_lo, key_hi = plan.key_hi;
-  const int2 unmasked = plan.unmasked;
-  const int tile_begin = plan.tile_begin, tile_end = plan.tile_end;
-  // This warp's tiles: tile_begin + warp, + kW, + 2 kW, ...
-  const int my_tiles = tile_end - tile_begin > warp ? (tile_end - tile_begin - warp + kW - 1) / kW : 0;
+    // The keys some row of this tile may see, [key_lo, key_hi) (a window: only the window's),
+    // in kT-key tiles from key_lo; this split's tiles; keys [unmasked.x, unmasked.y) are
+    // visible to every row with no bias (plan_keys). Uniform over the block.
+    const GqaPlan plan = (first_item && plan_before_wait) || preloaded
+        ? cur_plan
+        : plan_keys<kT>(p, cur, attn::KeyMask<true>(p.mask, b, static_cast<int64_t>(kv) * p.group));
+    const int key_lo = plan.key_lo, key_hi = plan.key_hi;
+    const int2 unmasked = plan.unmasked;
+    const int tile_begin = plan.tile_begin, tile_end = plan.tile_end;
+    // This warp's tiles: tile_begin + warp, + kW, + 2 kW, ...
+    const int my_tiles = tile_end - tile_begin > warp ? (tile_end - tile_begin - warp + kW - 1) / kW : 0;
 
-  const typename KvLayout::template Rows<Element> kv_rows(kv_layout, b, kv);
-  auto load_stage = [&](int stage, int tile) {
-    const uint32_t k_tile = ring + ((base + stage) % kStages) * Cfg::kStageBytes;
-    load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, kv_rows, p.q, key_lo + tile * kT,
-                                key_hi, p.head_dim, lane);
-  };
+    const typename KvLayout::template Rows<Element> kv_rows(kv_layout, b, kv);
+    auto load_stage = [&](int stage, int tile) {
+      const uint32_t k_tile = ring + ((base + stage) % kStages) * Cfg::kStageBytes;
+      load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, kv_rows, p.q, key_lo + tile * kT,
+                                  key_hi, p.head_dim, lane);
+    };
 
-  // Prologue: Q (one commit group), then the first kStages - 1 tiles of this warp (one group
-  // each, empty past its last tile, so that the waits below count the same). The first two
-  // groups from addresses worked out before the wait where there are (copies_early), else here:
-  // a paged cache, or key lengths read after the wait.
-  if (first_item && copies_early) {
-    first.issue(lane);  // the same copies and commit groups as the branch below
-  } else if (!preloaded) {
-    load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
-    cp_async_commit();
-    if (0 < my_tiles) load_stage(0, tile_begin + warp);
-    cp_async_commit();
-  }
-#pragma unroll
-  for (int s = 1; s < kStages - 1; ++s) {
-    if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
-    cp_async_commit();
-  }
-  cp_async_wait<kStages - 1>();  // Q has landed (this thread's copies) ...
-  __syncthreads();               // ... and everyone's
-
-  const uint32_t q_lane = smem_q + Smem::offset(lane & 15, lane >> 4);
-  uint32_t q_frag[Cfg::kQInRegs ? kQKSteps : 1][4];
-  if constexpr (Cfg::kQInRegs) {
-#pragma unroll
-    for (int kk = 0; kk < kQKSteps; ++kk) ldmatrix_x4(q_frag[kk], Smem::pair_step(q_lane, kk));
-  }
-  // This lane's ldmatrix addresses within a K or V tile (see task 4's LaneAddresses).
-  const uint32_t k_lane = Smem::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
-  const uint32_t v_lane = Smem::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
-
-  float o[kDTiles][4];
-  float row_max[2] = {-INFINITY, -INFINITY};  // raw scores
-  float row_sum[2] = {0.f, 0.f};              // this lane's share
-#pragma unroll
-  for (int j = 0; j < kDTiles; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[j][e] = 0.f;
-  const float scale_log2 = p.scale_log2;
-
-  for (int it = 0; it < my_tiles; ++it) {
-    // Refill the stage tile it - 1 used (every lane finished it: __syncwarp at loop end).
-    const int next = it + kStages - 1;
-    if (next < my_tiles) load_stage(next % kStages, tile_begin + warp + next * kW);
-    cp_async_commit();
-    cp_async_wait<kStages - 1>();  // tile it has landed (this lane's copies) ...
-    __syncwarp();                  // ... and the warp's
-    const uint32_t k_tile = ring + ((base + it) % kStages) * Cfg::kStageBytes;
-    const uint32_t v_tile = k_tile + Cfg::kTileBytes;
-    const int key0 = key_lo + (tile_begin + warp + it * kW) * kT;
-
-    // ---- S = Q K^T (fp32) ----
-    float s[kNTiles][4];
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < kQKSteps; ++kk) {
-      uint32_t a[4];
-      if constexpr (Cfg::kQInRegs) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[r] = q_frag[kk][r];
-      } else {
-        ldmatrix_x4(a, Smem::pair_step(q_lane, kk));
-      }
-#pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        uint32_t bk[4];  // b0 b1 of n8 tile 2 np, then of 2 np + 1
-        ldmatrix_x4(bk, Smem::pair_step(k_tile + k_lane, kk) + np * kRows16);
-        Ops::mma(s[2 * np], a, bk[0], bk[1]);
-        Ops::mma(s[2 * np + 1], a, bk[2], bk[3]);
-      }
+    // Prologue: Q (one commit group), then the first kStages - 1 tiles of this warp (one group
+    // each, empty past its last tile, so that the waits below count the same). The first two
+    // groups from addresses worked out before the wait where there are (copies_early), else here:
+    // a paged cache, or key lengths read after the wait.
+    if (first_item && copies_early) {
+      first.issue(lane);  // the same copies and commit groups as the branch below
+    } else if (!preloaded) {
+      load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
+      cp_async_commit();
+      if (0 < my_tiles) load_stage(0, tile_begin + warp);
+      cp_async_commit();
     }
+#pragma unroll
+    for (int s = 1; s < kStages - 1; ++s) {
+      if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
+      cp_async_commit();
+    }
+    cp_async_wait<kStages - 1>();  // Q has landed (this thread's copies) ...
+    __syncthreads();               // ... and everyone's
 
-    // ---- softcap (before the mask), then the predicate where some key may be hidden ----
-    if (p.mask.softcap > 0.0) {
+    const uint32_t q_lane = smem_q + Smem::offset(lane & 15, lane >> 4);
+    uint32_t q_frag[Cfg::kQInRegs ? kQKSteps : 1][4];
+    if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+      for (int kk = 0; kk < kQKSteps; ++kk) ldmatrix_x4(q_frag[kk], Smem::pair_step(q_lane, kk));
+    }
+    // This lane's ldmatrix addresses within a K or V tile (see task 4's LaneAddresses).
+    const uint32_t k_lane = Smem::offset((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const uint32_t v_lane = Smem::offset((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+
+    float o[kDTiles][4];
+    float row_max[2] = {-INFINITY, -INFINITY};  // raw scores
+    float row_sum[2] = {0.f, 0.f};              // this lane's share
+#pragma unroll
+    for (int j = 0; j < kDTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] = 0.f;
+    const float scale_log2 = p.scale_log2;
+
+    for (int it = 0; it < my_tiles; ++it) {
+      // Refill the stage tile it - 1 used (every lane finished it: __syncwarp at loop end).
+      const int next = it + kStages - 1;
+      if (next < my_tiles) load_stage(next % kStages, tile_begin + warp + next * kW);
+      cp_async_commit();
+      cp_async_wait<kStages - 1>();  // tile it has landed (this lane's copies) ...
+      __syncwarp();                  // ... and the warp's
+      const uint32_t k_tile = ring + ((base + it) % kStages) * Cfg::kStageBytes;
+      const uint32_t v_tile = k_tile + Cfg::kTileBytes;
+      const int key0 = key_lo + (tile_begin + warp + it * kW) * kT;
+
+      // ---- S = Q K^T (fp32) ----
+      float s[kNTiles][4];
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = attn::softcap_score(s[j][e], p.mask);
-    }
-    if (!(key0 >= unmasked.x && key0 + kT <= unmasked.y)) {
-      const int col0 = key0 + 2 * (lane & 3);
+        for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        // This lane's row (lane / 4 or lane / 4 + 8 of the tile): its query and query head.
-        // Padding rows borrow the last real row's (their outputs are never written).
-        const int r = min(row0 + (lane >> 2) + 8 * hh, p.rows - 1);
-        const attn::KeyMask<true> mask(p.mask, b, kv * p.group + r % p.group);
-        const int query = r / p.group;
+      for (int kk = 0; kk < kQKSteps; ++kk) {
+        uint32_t a[4];
+        if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) a[r] = q_frag[kk][r];
+        } else {
+          ldmatrix_x4(a, Smem::pair_step(q_lane, kk));
+        }
+#pragma unroll
+        for (int np = 0; np < kNTiles / 2; ++np) {
+          uint32_t bk[4];  // b0 b1 of n8 tile 2 np, then of 2 np + 1
+          ldmatrix_x4(bk, Smem::pair_step(k_tile + k_lane, kk) + np * kRows16);
+          Ops::mma(s[2 * np], a, bk[0], bk[1]);
+          Ops::mma(s[2 * np + 1], a, bk[2], bk[3]);
+        }
+      }
+
+      // ---- softcap (before the mask), then the predicate where some key may be hidden ----
+      if (p.mask.softcap > 0.0) {
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            s[j][2 * hh + e] = mask.apply(s[j][2 * hh + e], query, col0 + j * 8 + e);
+          for (int e = 0; e < 4; ++e) s[j][e] = attn::softcap_score(s[j][e], p.mask);
       }
-    }
+      if (!(key0 >= unmasked.x && key0 + kT <= unmasked.y)) {
+        const int col0 = key0 + 2 * (lane & 3);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          // This lane's row (lane / 4 or lane / 4 + 8 of the tile): its query and query head.
+          // Padding rows borrow the last real row's (their outputs are never written).
+          const int r = min(row0 + (lane >> 2) + 8 * hh, p.rows - 1);
+          const attn::KeyMask<true> mask(p.mask, b, kv * p.group + r % p.group);
+          const int query = r / p.group;
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              s[j][2 * hh + e] = mask.apply(s[j][2 * hh + e], query, col0 + j * 8 + e);
+        }
+      }
 
-    // ---- online softmax (the scale folded into exp2), as task 4's kernel ----
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float m_new = row_max[hh];
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) m_new = fmaxf(m_new, fmaxf(s[j][2 * hh], s[j][2 * hh + 1]));
-      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
-      m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-      // A row with no visible key yet keeps m = -inf: subtract 0 instead (no -inf - -inf).
-      const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-      const float correction = exp2_approx(fmaf(row_max[hh], scale_log2, -m_scaled));
-      row_max[hh] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        const float p0 = exp2_approx(fmaf(s[j][2 * hh], scale_log2, -m_scaled));
-        const float p1 = exp2_approx(fmaf(s[j][2 * hh + 1], scale_log2, -m_scaled));
-        s[j][2 * hh] = p0;
-        s[j][2 * hh + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_sum[hh] = fmaf(row_sum[hh], correction, sum);
-#pragma unroll
-      for (int j = 0; j < kDTiles; ++j) {
-        o[j][2 * hh] *= correction;
-        o[j][2 * hh + 1] *= correction;
-      }
-    }
-
-    // ---- O += P V: P's accumulators, rounded pairwise, are the A fragments; the rounding's
-    // remainder, rounded again, is a second A fragment (see the top of the file) ----
-#pragma unroll
-    for (int kk = 0; kk < kPVSteps; ++kk) {
-      uint32_t a[4], a_rest[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float* pair = &s[2 * kk + (r >> 1)][2 * (r & 1)];  // a0 a1 a2 a3: see task 4
-        a[r] = Ops::pack(pair[0], pair[1]);
-        a_rest[r] = pack_remainder<Element>(pair[0], pair[1], a[r]);
-      }
-#pragma unroll
-      for (int dp = 0; dp < kDTiles / 2; ++dp) {
-        uint32_t bv[4];  // b0 b1 of d tile 2 dp, then of 2 dp + 1
-        ldmatrix_x4_trans(bv, Smem::pair_step(v_tile + v_lane, dp) + kk * kRows16);
-        Ops::mma(o[2 * dp], a, bv[0], bv[1]);
-        Ops::mma(o[2 * dp + 1], a, bv[2], bv[3]);
-        Ops::mma(o[2 * dp], a_rest, bv[0], bv[1]);
-        Ops::mma(o[2 * dp + 1], a_rest, bv[2], bv[3]);
-      }
-    }
-    __syncwarp();  // every lane has read this stage before it is refilled
-  }
-  cp_async_wait<0>();  // only empty groups can be left; the ring is free
-  __syncwarp();
-
-  // A persistent block: the next item's Q and first tile (into the stage the warp merge leaves
-  // free) are copied now, in the prologue's two commit groups, while this item merges.
-  const int64_t next_item = Cfg::kPersistent && p.items > 0 ? item + gridDim.x : p.items;
-  if (Cfg::kPersistent && next_item < p.items) {
-    const GqaBlock nxt(p, next_item);
-    cur_plan = plan_keys<kT>(p, nxt, attn::KeyMask<true>(p.mask, nxt.b, static_cast<int64_t>(nxt.kv) * p.group));
-    __syncthreads();  // every warp is past its reads of Q (head dim 256 reads it in the loop)
-    load_q_tile<Cfg, Element>(smem_q, p, nxt.b, nxt.kv, nxt.row0, nxt.rows_here, tid);
-    cp_async_commit();
-    if (warp < cur_plan.tile_end - cur_plan.tile_begin) {
-      const typename KvLayout::template Rows<Element> next_rows(kv_layout, nxt.b, nxt.kv);
-      const uint32_t k_tile = ring + Cfg::kFreeStage * Cfg::kStageBytes;
-      load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, next_rows, p.q,
-                                  cur_plan.key_lo + (cur_plan.tile_begin + warp) * kT,
-                                  cur_plan.key_hi, p.head_dim, lane);
-    }
-    cp_async_commit();
-  }
-
-  // ---- merge the warps ----
-  // Only the warps that had key tiles (the first with_tiles) are merged. The others hold O = 0
-  // and row max -inf (weight 0), so the sums below would gain nothing from them (x + 0 * 0 = x;
-  // a sum that starts at +0 is never -0): leaving them out changes no bit. Where warp 0 is the
-  // only one (a split of one tile: the floor's decode of 16 keys), it finishes its rows from
-  // its registers with the merge's arithmetic for one term and no block barrier, and the other
-  // warps go straight to the end; else each merged warp stages its O (relative to its row max)
-  // in its own ring and the block merges them.
-  const int g = lane >> 2, t = lane & 3;
-  const int with_tiles = min(kW, tile_end - tile_begin);
-  if (with_tiles <= 1) {
-    if (warp == 0) {
+      // ---- online softmax (the scale folded into exp2), as task 4's kernel ----
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int rr = g + 8 * hh;
-        float l_warp = row_sum[hh];
-        l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 1);
-        l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 2);
-        const float m_warp = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
-        const float m = fmaxf(-INFINITY, m_warp);  // the merge's per-row code, one warp
-        const float weight = m_warp == -INFINITY ? 0.f : exp2f(m_warp - m);
-        const float l = fmaf(weight, l_warp, 0.f);
+        float m_new = row_max[hh];
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) m_new = fmaxf(m_new, fmaxf(s[j][2 * hh], s[j][2 * hh + 1]));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));
+        m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+        // A row with no visible key yet keeps m = -inf: subtract 0 instead (no -inf - -inf).
+        const float m_scaled = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+        const float correction = exp2_approx(fmaf(row_max[hh], scale_log2, -m_scaled));
+        row_max[hh] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          const float p0 = exp2_approx(fmaf(s[j][2 * hh], scale_log2, -m_scaled));
+          const float p1 = exp2_approx(fmaf(s[j][2 * hh + 1], scale_log2, -m_scaled));
+          s[j][2 * hh] = p0;
+          s[j][2 * hh + 1] = p1;
+          sum += p0 + p1;
+        }
+        row_sum[hh] = fmaf(row_sum[hh], correction, sum);
+#pragma unroll
+        for (int j = 0; j < kDTiles; ++j) {
+          o[j][2 * hh] *= correction;
+          o[j][2 * hh + 1] *= correction;
+        }
+      }
+
+      // ---- O += P V: P's accumulators, rounded pairwise, are the A fragments; the rounding's
+      // remainder, rounded again, is a second A fragment (see the top of the file) ----
+#pragma unroll
+      for (int kk = 0; kk < kPVSteps; ++kk) {
+        uint32_t a[4], a_rest[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float* pair = &s[2 * kk + (r >> 1)][2 * (r & 1)];  // a0 a1 a2 a3: see task 4
+          a[r] = Ops::pack(pair[0], pair[1]);
+          a_rest[r] = pack_remainder<Element>(pair[0], pair[1], a[r]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < kDTiles / 2; ++dp) {
+          uint32_t bv[4];  // b0 b1 of d tile 2 dp, then of 2 dp + 1
+          ldmatrix_x4_trans(bv, Smem::pair_step(v_tile + v_lane, dp) + kk * kRows16);
+          Ops::mma(o[2 * dp], a, bv[0], bv[1]);
+          Ops::mma(o[2 * dp + 1], a, bv[2], bv[3]);
+          Ops::mma(o[2 * dp], a_rest, bv[0], bv[1]);
+          Ops::mma(o[2 * dp + 1], a_rest, bv[2], bv[3]);
+        }
+      }
+      __syncwarp();  // every lane has read this stage before it is refilled
+    }
+    cp_async_wait<0>();  // only empty groups can be left; the ring is free
+    __syncwarp();
+
+    // A persistent block: the next item's Q and first tile (into the stage the warp merge leaves
+    // free) are copied now, in the prologue's two commit groups, while this item merges.
+    const int64_t next_item = Cfg::kPersistent && p.items > 0 ? item + gridDim.x : p.items;
+    if (Cfg::kPersistent && next_item < p.items) {
+      const GqaBlock nxt(p, next_item);
+      cur_plan = plan_keys<kT>(p, nxt, attn::KeyMask<true>(p.mask, nxt.b, static_cast<int64_t>(nxt.kv) * p.group));
+      __syncthreads();  // every warp is past its reads of Q (head dim 256 reads it in the loop)
+      load_q_tile<Cfg, Element>(smem_q, p, nxt.b, nxt.kv, nxt.row0, nxt.rows_here, tid);
+      cp_async_commit();
+      if (warp < cur_plan.tile_end - cur_plan.tile_begin) {
+        const typename KvLayout::template Rows<Element> next_rows(kv_layout, nxt.b, nxt.kv);
+        const uint32_t k_tile = ring + Cfg::kFreeStage * Cfg::kStageBytes;
+        load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, next_rows, p.q,
+                                    cur_plan.key_lo + (cur_plan.tile_begin + warp) * kT,
+                                    cur_plan.key_hi, p.head_dim, lane);
+      }
+      cp_async_commit();
+    }
+
+    // ---- merge the warps ----
+    // Only the warps that had key tiles (the first with_tiles) are merged. The others hold O = 0
+    // and row max -inf (weight 0), so the sums below would gain nothing from them (x + 0 * 0 = x;
+    // a sum that starts at +0 is never -0): leaving them out changes no bit. Where warp 0 is the
+    // only one (a split of one tile: the floor's decode of 16 keys), it finishes its rows from
+    // its registers with the merge's arithmetic for one term and no block barrier, and the other
+    // warps go straight to the end; else each merged warp stages its O (relative to its row max)
+    // in its own ring and the block merges them.
+    const int g = lane >> 2, t = lane & 3;
+    const int with_tiles = min(kW, tile_end - tile_begin);
+    if (with_tiles <= 1) {
+      if (warp == 0) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int rr = g + 8 * hh;
+          float l_warp = row_sum[hh];
+          l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 1);
+          l_warp += __shfl_xor_sync(0xffffffffu, l_warp, 2);
+          const float m_warp = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
+          const float m = fmaxf(-INFINITY, m_warp);  // the merge's per-row code, one warp
+          const float weight = m_warp == -INFINITY ? 0.f : exp2f(m_warp - m);
+          const float l = fmaf(weight, l_warp, 0.f);
+          float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
+          float lse = l > 0.f ? m + log2f(l) : -INFINITY;
+          if (rr >= rows_here) continue;  // padding rows are never written
+          if (p.mask.sinks != nullptr && split == 0) {
+            const int head = kv * p.group + (row0 + rr) % p.group;
+            const auto sink = attn::sink_term(p.mask.sinks[head], m);
+            const float total = fmaf(l, sink.keys, sink.sink);
+            factor = total > 0.f ? sink.keys / total : 0.f;
+            lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
+          }
+          const float w0 = weight * factor;
+          const int r = row0 + rr;
+          if (p.num_splits == 1) {
+            Element* const dst = output_row<Element>(p, b, kv, r);
+#pragma unroll
+            for (int j = 0; j < kDTiles; ++j) {
+              if (8 * j >= p.head_dim) continue;
+              store_output_pair<Element>(p, dst + 8 * j + 2 * t, fmaf(w0, o[j][2 * hh], 0.f),
+                                         fmaf(w0, o[j][2 * hh + 1], 0.f));
+            }
+          } else {
+            if (t == 0) p.lse[(b_kv * p.num_splits + split) * p.rows + r] = lse;
+            float* const dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim;
+#pragma unroll
+            for (int j = 0; j < kDTiles; ++j) {
+              if (8 * j >= p.head_dim) continue;
+              *reinterpret_cast<float2*>(dst + 8 * j + 2 * t) =
+                  make_float2(fmaf(w0, o[j][2 * hh], 0.f), fmaf(w0, o[j][2 * hh + 1], 0.f));
+            }
+          }
+        }
+      }
+    } else {
+      const int merged = with_tiles;  // warps 0 .. merged - 1
+      float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
+      if (warp < merged) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int row = g + 8 * hh;
+#pragma unroll
+          for (int j = 0; j < kDTiles; ++j)
+            *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
+                make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
+          float l = row_sum[hh];
+          l += __shfl_xor_sync(0xffffffffu, l, 1);
+          l += __shfl_xor_sync(0xffffffffu, l, 2);
+          if (t == 0) {
+            warp_max[warp][row] = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
+            warp_sum[warp][row] = l;
+          }
+        }
+      }
+      __syncthreads();
+
+      // Per row: the block's max and sum, each warp's weight, the sink (split 0 only) and lse.
+      if (tid < kRowsPerTile) {
+        const int rr = tid;
+        float m = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kW; ++w)
+          if (w < merged) m = fmaxf(m, warp_max[w][rr]);
+        float weight[kW], l = 0.f;
+#pragma unroll
+        for (int w = 0; w < kW; ++w) {
+          if (w >= merged) continue;
+          weight[w] = warp_max[w][rr] == -INFINITY ? 0.f : exp2f(warp_max[w][rr] - m);
+          l = fmaf(weight[w], warp_sum[w][rr], l);
+        }
         float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
         float lse = l > 0.f ? m + log2f(l) : -INFINITY;
-        if (rr >= rows_here) continue;  // padding rows are never written
-        if (p.mask.sinks != nullptr && split == 0) {
+        if (p.mask.sinks != nullptr && split == 0 && rr < rows_here) {
           const int head = kv * p.group + (row0 + rr) % p.group;
           const auto sink = attn::sink_term(p.mask.sinks[head], m);
           const float total = fmaf(l, sink.keys, sink.sink);
           factor = total > 0.f ? sink.keys / total : 0.f;
           lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
         }
-        const float w0 = weight * factor;
+#pragma unroll
+        for (int w = 0; w < kW; ++w)
+          if (w < merged) warp_weight[w][rr] = weight[w] * factor;
+        if (p.num_splits > 1 && rr < rows_here)
+          p.lse[(b_kv * p.num_splits + split) * p.rows + row0 + rr] = lse;
+      }
+      __syncthreads();
+
+      // The rows' outputs, 8 elements per thread and step: normalised in q's dtype (one split) or
+      // float32 partials. Padding rows and columns >= head_dim are never written.
+      constexpr int kChunks8 = Cfg::kHeadDim / 8;
+      for (int idx = tid; idx < kRowsPerTile * kChunks8; idx += Cfg::kThreads) {
+        const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
+        if (rr >= rows_here || d0 >= p.head_dim) continue;
+        float val[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) val[e] = 0.f;
+#pragma unroll
+        for (int w = 0; w < kW; ++w) {
+          if (w >= merged) continue;
+          const float weight = warp_weight[w][rr];
+          const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
+                             rr * Cfg::kScratchStride + d0;
+          add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
+                       *reinterpret_cast<const float4*>(src + 4));
+        }
         const int r = row0 + rr;
         if (p.num_splits == 1) {
-          Element* const dst = output_row<Element>(p, b, kv, r);
-#pragma unroll
-          for (int j = 0; j < kDTiles; ++j) {
-            if (8 * j >= p.head_dim) continue;
-            store_output_pair<Element>(p, dst + 8 * j + 2 * t, fmaf(w0, o[j][2 * hh], 0.f),
-                                       fmaf(w0, o[j][2 * hh + 1], 0.f));
-          }
+          store_output<Element>(p, b, kv, r, d0, val);
         } else {
-          if (t == 0) p.lse[(b_kv * p.num_splits + split) * p.rows + r] = lse;
-          float* const dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim;
-#pragma unroll
-          for (int j = 0; j < kDTiles; ++j) {
-            if (8 * j >= p.head_dim) continue;
-            *reinterpret_cast<float2*>(dst + 8 * j + 2 * t) =
-                make_float2(fmaf(w0, o[j][2 * hh], 0.f), fmaf(w0, o[j][2 * hh + 1], 0.f));
-          }
+          float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
+          *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
+          *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
         }
       }
     }
-  } else {
-    const int merged = with_tiles;  // warps 0 .. merged - 1
-    float* const scratch = reinterpret_cast<float*>(smem_q_ptr + Cfg::kQBytes + warp * Cfg::kWarpRingBytes);
-    if (warp < merged) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = g + 8 * hh;
-#pragma unroll
-        for (int j = 0; j < kDTiles; ++j)
-          *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
-              make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
-        float l = row_sum[hh];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        if (t == 0) {
-          warp_max[warp][row] = row_max[hh] == -INFINITY ? -INFINITY : row_max[hh] * scale_log2;
-          warp_sum[warp][row] = l;
-        }
-      }
-    }
-    __syncthreads();
-
-    // Per row: the block's max and sum, each warp's weight, the sink (split 0 only) and lse.
-    if (tid < kRowsPerTile) {
-      const int rr = tid;
-      float m = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kW; ++w)
-        if (w < merged) m = fmaxf(m, warp_max[w][rr]);
-      float weight[kW], l = 0.f;
-#pragma unroll
-      for (int w = 0; w < kW; ++w) {
-        if (w >= merged) continue;
-        weight[w] = warp_max[w][rr] == -INFINITY ? 0.f : exp2f(warp_max[w][rr] - m);
-        l = fmaf(weight[w], warp_sum[w][rr], l);
-      }
-      float factor = l > 0.f ? 1.f / l : 0.f;  // no visible key: 0
-      float lse = l > 0.f ? m + log2f(l) : -INFINITY;
-      if (p.mask.sinks != nullptr && split == 0 && rr < rows_here) {
-        const int head = kv * p.group + (row0 + rr) % p.group;
-        const auto sink = attn::sink_term(p.mask.sinks[head], m);
-        const float total = fmaf(l, sink.keys, sink.sink);
-        factor = total > 0.f ? sink.keys / total : 0.f;
-        lse = total > 0.f ? sink.top + log2f(total) : -INFINITY;
-      }
-#pragma unroll
-      for (int w = 0; w < kW; ++w)
-        if (w < merged) warp_weight[w][rr] = weight[w] * factor;
-      if (p.num_splits > 1 && rr < rows_here)
-        p.lse[(b_kv * p.num_splits + split) * p.rows + row0 + rr] = lse;
-    }
-    __syncthreads();
-
-    // The rows' outputs, 8 elements per thread and step: normalised in q's dtype (one split) or
-    // float32 partials. Padding rows and columns >= head_dim are never written.
-    constexpr int kChunks8 = Cfg::kHeadDim / 8;
-    for (int idx = tid; idx < kRowsPerTile * kChunks8; idx += Cfg::kThreads) {
-      const int rr = idx / kChunks8, d0 = (idx % kChunks8) * 8;
-      if (rr >= rows_here || d0 >= p.head_dim) continue;
-      float val[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) val[e] = 0.f;
-#pragma unroll
-      for (int w = 0; w < kW; ++w) {
-        if (w >= merged) continue;
-        const float weight = warp_weight[w][rr];
-        const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
-                           rr * Cfg::kScratchStride + d0;
-        add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
-                     *reinterpret_cast<const float4*>(src + 4));
-      }
-      const int r = row0 + rr;
-      if (p.num_splits == 1) {
-        store_output<Element>(p, b, kv, r, d0, val);
-      } else {
-        float* dst = p.partial + ((b_kv * p.num_splits + split) * p.rows + r) * p.head_dim + d0;
-        *reinterpret_cast<float4*>(dst) = make_float4(val[0], val[1], val[2], val[3]);
-        *reinterpret_cast<float4*>(dst + 4) = make_float4(val[4], val[5], val[6], val[7]);
-      }
-    }
-  }
-  if (!Cfg::kPersistent || next_item >= p.items) break;
-  __syncthreads();  // the merge's scratch has been read before the next item's copies land
-  item = next_item;
-  cur = GqaBlock(p, item);
-  first_item = false;
-  preloaded = true;
-  base = Cfg::kFreeStage;
+    if (!Cfg::kPersistent || next_item >= p.items) break;
+    __syncthreads();  // the merge's scratch has been read before the next item's copies land
+    item = next_item;
+    cur = GqaBlock(p, item);
+    first_item = false;
+    preloaded = true;
+    base = Cfg::kFreeStage;
   }
   // END SOLUTION
   if (p.num_splits > 1 && p.counters != nullptr) {
