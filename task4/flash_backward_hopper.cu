@@ -43,15 +43,6 @@ std::string backward_hopper_refusal(const torch::Tensor& q, const torch::Tensor&
   return "";
 }
 
-// What the TMA and the preprocess's 4-byte loads read: a contiguous last dimension, the other
-// strides multiples of 16 bytes, a 16-byte aligned start. Anything else (autograd's dO is often
-// a strided or expanded view) is copied.
-torch::Tensor tma_ready(const torch::Tensor& t) {
-  bool ok = t.stride(3) == 1 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  for (int dim = 0; dim < 3 && ok; ++dim) ok = t.size(dim) == 1 || (t.stride(dim) > 0 && t.stride(dim) % 8 == 0);
-  return ok ? t : t.clone(at::MemoryFormat::Contiguous);
-}
-
 }  // namespace
 
 // fp16/bf16 FlashAttention backward on wgmma: q [B, H_q, S_q, D], k/v [B, H_kv, S_k, D], out and
@@ -90,6 +81,9 @@ std::vector<torch::Tensor> flash_attention_backward_hopper(torch::Tensor q, torc
   const double scale_value = attn::softmax_scale(scale, head_dim);
   const int padded_dim = head_dim <= 64 ? 64 : 128;
   const int64_t seq_q_pad = hopper_bwd::padded_rows(seq_q);
+  // What the TMA and the preprocess's 4-byte loads read (attention_checks.cuh: positive
+  // strides too); anything else is copied.
+  auto tma_ready = [](const torch::Tensor& t) { return attn::with_16_byte_rows(t, /*positive_strides=*/true); };
   const torch::Tensor qa = tma_ready(q), ka = tma_ready(k), va = tma_ready(v);
   const torch::Tensor oa = tma_ready(out), doa = tma_ready(d_out);
   const auto f32 = q.options().dtype(torch::kFloat32);

@@ -88,15 +88,6 @@
 
 namespace {
 
-// What the kernels read with 16-byte cp.async: a contiguous last dimension, rows 16 bytes
-// apart, a 16-byte aligned start. Anything else (dO from autograd is often a strided or
-// expanded view) is copied.
-torch::Tensor half_rows_ready(const torch::Tensor& t) {
-  bool ok = t.stride(3) == 1 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-  for (int dim = 0; dim < 3 && ok; ++dim) ok = t.size(dim) == 1 || t.stride(dim) % 8 == 0;
-  return ok ? t : t.clone(at::MemoryFormat::Contiguous);
-}
-
 // Which kernel shape computes the atomic-dQ backward: FlashAttention-2's 2-D warp layout
 // (flash_backward_mma_2d.cuh) where the GPU gives a block its shared memory, else the 16-row
 // kernel (flash_backward_mma.cuh). ATTN_BWD_LAYOUT, read on every call (attn::env_choice) so
@@ -164,8 +155,10 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
                                   static_cast<float>(1.0 / scale_value));
   attn::set_score_transforms(p.mask, q, softcap, std::nullopt, scale_value);
 
-  const torch::Tensor qa = half_rows_ready(q), ka = half_rows_ready(k), va = half_rows_ready(v);
-  const torch::Tensor oa = half_rows_ready(out), doa = half_rows_ready(d_out);
+  // What the kernels read with 16-byte cp.async (attention_checks.cuh); anything else is copied.
+  using attn::with_16_byte_rows;
+  const torch::Tensor qa = with_16_byte_rows(q), ka = with_16_byte_rows(k), va = with_16_byte_rows(v);
+  const torch::Tensor oa = with_16_byte_rows(out), doa = with_16_byte_rows(d_out);
   const auto f32 = q.options().dtype(torch::kFloat32);
   torch::Tensor lse2 = torch::empty({batch, heads, seq_q}, f32);
   torch::Tensor delta = torch::empty({batch, heads, seq_q}, f32);

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include "tensor_api.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,6 +79,18 @@ inline int env_choice(const char* name, std::initializer_list<const char*> value
   }
   TORCH_CHECK_VALUE(false, attn::str(name, " must be ", names, " (or unset) but is \"", env, "\"."));
   return default_index;
+}
+
+// t [B, H, S, D] of 16-bit elements itself where its rows can be read in 16-byte pieces (a
+// contiguous last dimension, the other strides multiples of 8 elements, a 16-byte aligned start;
+// with positive_strides, as a TMA descriptor needs, no stride 0 either), else a contiguous copy.
+// Autograd's dO is often a strided or expanded view. The backwards' inputs (task 4's
+// flash_backward_mma.cu for cp.async, flash_backward_hopper.cu for the TMA).
+inline torch::Tensor with_16_byte_rows(const torch::Tensor& t, bool positive_strides = false) {
+  bool ok = t.stride(3) == 1 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  for (int dim = 0; dim < 3 && ok; ++dim)
+    ok = t.size(dim) == 1 || ((!positive_strides || t.stride(dim) > 0) && t.stride(dim) % 8 == 0);
+  return ok ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
 // A CUDA tensor on the current device, of one of the listed dtypes.
