@@ -145,10 +145,9 @@ int variant_tiling_from_env() {
 // both: "5", the general v5; unset, empty or "7", the general v7 (persistent, its work tiles
 // ordered on the device: hopper_attn::VariantSchedule; on the H100 1.09-1.19x the general v5 on
 // windows and padded batches, bit for bit the same output: results/logs/h100_s8_general_v7/)
-// where it takes the call: head_dim 64, 96
-// or 128, no mask tensor, no softcap, the aligned tiling (ATTN_HOPPER_VARIANT_ALIGN unset or 1),
-// at most hopper_attn::kMaxScheduledBatches batches and work tiles counted in 32 bits; the
-// general v5 elsewhere.
+// where it takes the call: head_dim 64, 96 or 128, no mask tensor, no softcap, the aligned
+// tiling (ATTN_HOPPER_VARIANT_ALIGN unset or 1), at most hopper_attn::kMaxScheduledBatches
+// batches and work tiles counted in 32 bits; the general v5 elsewhere.
 int general_version_for(const hopper_attn::Params& p, int64_t version, int64_t batches, int64_t head_dim) {
   if (attn::env_choice("ATTN_HOPPER_GENERAL_VERSION", {"5", "7"}, 1) == 0) return 5;
   // (Work tiles per (batch, head): at most ceil(S_q / 128) + 1, the aligned tiling's spare.)
@@ -179,8 +178,8 @@ int64_t query_ctas(const hopper_attn::Launcher& kernel, const hopper_attn::Param
 // it (results/logs/h100_d256_tile_ab.log; the recorded figures in Results.md).
 // ATTN_HOPPER_D256_TILE, read on every call (attn::env_choice), keeps the others for an A/B in
 // one process: "64", the 64-key tile (returns 0: dispatch_version); "80", the 80-key tile on
-// v5's turns (returns 5); unset, empty or "80fa3", the default. Variants, and versions other than 5, keep the 64-key tile. (Unused in the student
-// skeleton until its dispatch is written.)
+// v5's turns (returns 5); unset, empty or "80fa3", the default. Variants, and versions other
+// than 5, keep the 64-key tile. (Unused in the student skeleton until its dispatch is written.)
 [[maybe_unused]] int d256_tile80_schedule() {
   constexpr int kSchedules[] = {0, 5, 4};  // "64", "80", "80fa3"
   return kSchedules[attn::env_choice("ATTN_HOPPER_D256_TILE", {"64", "80", "80fa3"}, 2)];

@@ -93,8 +93,9 @@ namespace {
 // kernel (flash_backward_mma.cuh). ATTN_BWD_LAYOUT, read on every call (attn::env_choice) so
 // that one process can time both: unset, empty or "2d", that choice; "rows", the 16-row
 // kernel; "wgmma" (like unset) is task4/backward.py's choice of the Hopper backward
-// (flash_backward_hopper.cu) where it applies, and a call that reaches this kernel under it is
-// one outside that kernel's scope (or on another GPU): the default choice. The deterministic mode has one shape and ignores it.
+// (flash_backward_hopper.cu) where it applies, so a call that reaches this kernel under it is
+// outside that kernel's scope (or on another GPU) and gets the default. The deterministic mode
+// has one shape and ignores it.
 bool backward_layout_2d(int padded_dim, bool general) {
   if (attn::env_choice("ATTN_BWD_LAYOUT", {"2d", "rows", "wgmma"}, 0) == 1) return false;  // "rows"
   int device = 0, optin = 0;
