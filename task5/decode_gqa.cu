@@ -106,23 +106,23 @@ bool rows_aligned_16(const torch::Tensor& t) {
 template <typename Element, typename Cfg, typename KvLayout>
 int64_t resident_blocks(int device) {
   static int resident[64] = {};  // 0: not looked up yet
-  if (device < 0 || device >= 64) return 1;
-  if (resident[device] == 0) {
+  int looked_up = 0;              // (as optin_shared_memory: devices past 64 ask every time)
+  int& slot = device >= 0 && device < 64 ? resident[device] : looked_up;
+  if (slot == 0) {
     int per_sm = 0, sms = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &per_sm, gqa_kernel<Element, Cfg, KvLayout>(), Cfg::kThreads, Cfg::kSmemBytes));
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    resident[device] = std::max(1, per_sm * sms);
+    slot = std::max(1, per_sm * sms);
   }
-  return resident[device];
+  return slot;
 }
 
 template <typename Element, typename Cfg, typename KvLayout>
 int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_splits,
                  int64_t keys_per_split) {
   constexpr int64_t kMergeWaitMaxKeys = 768;  // between 520 (MQA: faster) and 1024 (slower)
-  if (num_splits <= 1 || device < 0 || device >= 64) return 1;
-  if (blocks > resident_blocks<Element, Cfg, KvLayout>(device)) return 1;
+  if (num_splits <= 1 || blocks > resident_blocks<Element, Cfg, KvLayout>(device)) return 1;
   int64_t wanted = keys_per_split <= kMergeWaitMaxKeys ? num_splits / 4 : 1;
   const int forced = attn::env_choice("ATTN_GQA_MERGE_BLOCKS", {"auto", "1", "2", "4", "8", "16"}, 0);
   if (forced > 0) wanted = int64_t{1} << (forced - 1);
