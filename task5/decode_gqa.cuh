@@ -112,11 +112,15 @@
 // h100_s9_split_counts/, a batch sweep beside the batch-1 one), which put a price on that fixed
 // cost of a few microseconds per block on each SM. So such a grid is one wave of blocks that
 // walk the items blockIdx.x, + gridDim.x, ... (GqaParams::items), and each copies its next
-// item's Q and first tile (into the ring stage its warp merge leaves free, Cfg::kFreeStage)
-// before merging the item it has just streamed: the ramp overlaps the tail. Bit for bit the
-// same output as a block per item; faster at every several-wave shape measured, most where the
-// items are short (results/logs/h100_s9_persistent/). Not compiled at head dim 256, whose
-// registers it would spill (Cfg::kPersistent).
+// item's Q and first tiles (into the ring stages its warp merge leaves free, from
+// Cfg::kFreeStage) before merging the item it has just streamed: the ramp overlaps the tail. Bit
+// for bit the same output as a block per item; faster at every several-wave shape measured, most
+// where the items are short (results/logs/h100_s9_persistent/). It first copied one tile; with
+// the warp's staged O fitting one stage (scratch_column), it copies as many as the ring keeps in
+// flight (Cfg::kPreloadTiles: 2 at head dim 128), so that the next item's loop starts with a full
+// pipeline: faster again where a block walks several items, and b64 x 1024 keys went from behind
+// cuDNN to ahead of it (results/logs/h100_s10_preload/; ATTN_GQA_PRELOAD_TILES=1 compares). Not
+// compiled at head dim 256, whose registers it would spill (Cfg::kPersistent).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
