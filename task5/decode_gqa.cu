@@ -253,6 +253,10 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
       // (tests, compute-sanitizer) a persistent grid of N blocks wherever there are more items.
       int64_t grid = blocks;
       p.items = 0;
+      // Its blocks copy the next item's first Cfg::kPreloadTiles tiles during each warp merge;
+      // ATTN_GQA_PRELOAD_TILES=1 (read on every call, to compare) only the first, as before.
+      p.preload_tiles = attn::env_choice("ATTN_GQA_PRELOAD_TILES", {"auto", "1"}, 0) == 1
+                            ? 1 : Cfg::kPreloadTiles;
       if (Cfg::kPersistent && num_splits == 1 &&
           attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
         const char* forced = std::getenv("ATTN_GQA_PERSISTENT_GRID");

@@ -112,11 +112,15 @@
 // h100_s9_split_counts/, a batch sweep beside the batch-1 one), which put a price on that fixed
 // cost of a few microseconds per block on each SM. So such a grid is one wave of blocks that
 // walk the items blockIdx.x, + gridDim.x, ... (GqaParams::items), and each copies its next
-// item's Q and first tile (into the ring stage its warp merge leaves free, Cfg::kFreeStage)
-// before merging the item it has just streamed: the ramp overlaps the tail. Bit for bit the
-// same output as a block per item; faster at every several-wave shape measured, most where the
-// items are short (results/logs/h100_s9_persistent/). Not compiled at head dim 256, whose
-// registers it would spill (Cfg::kPersistent).
+// item's Q and first tiles (into the ring stages its warp merge leaves free, from
+// Cfg::kFreeStage) before merging the item it has just streamed: the ramp overlaps the tail. Bit
+// for bit the same output as a block per item; faster at every several-wave shape measured, most
+// where the items are short (results/logs/h100_s9_persistent/). It first copied one tile; with
+// the warp's staged O fitting one stage (scratch_column), it copies as many as the ring keeps in
+// flight (Cfg::kPreloadTiles: 2 at head dim 128), so that the next item's loop starts with a full
+// pipeline: faster again where a block walks several items, and b64 x 1024 keys went from behind
+// cuDNN to ahead of it (results/logs/h100_s10_preload/; ATTN_GQA_PRELOAD_TILES=1 compares). Not
+// compiled at head dim 256, whose registers it would spill (Cfg::kPersistent).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
@@ -199,13 +203,17 @@ struct GqaConfig {
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kWarpRingBytes = kStages * kStageBytes;
   static constexpr int kQBytes = kRowsPerTile * Smem::kRowBytes;
-  // A warp's O, staged for the merge of the warps in its own ring (floats per row; the 8
-  // floats of padding put the 8 rows a warp's quads write at once in different banks).
-  static constexpr int kScratchStride = kHeadDim + 8;
+  // A warp's O, staged for the merge of the warps in its own ring: kHeadDim floats per row, the
+  // columns swizzled (scratch_column) rather than the rows padded, so that O fills exactly one
+  // stage where a stage holds kHeadDim floats per row (head dims 96, 128, 256).
+  static constexpr int kScratchStride = kHeadDim;
   static constexpr int kSmemBytes = Smem::kTileAlign + kQBytes + kWarps * kWarpRingBytes;
   // The first ring stage the warp merge's scratch (kRowsPerTile rows of kScratchStride floats at
-  // the ring's start) leaves free: a persistent block copies its next item's first tile there.
+  // the ring's start) leaves free: a persistent block copies its next item's first tiles there,
+  // kPreloadTiles of them (as many as the pipeline keeps in flight, if the free stages hold them).
   static constexpr int kFreeStage = (kRowsPerTile * kScratchStride * 4 + kStageBytes - 1) / kStageBytes;
+  static constexpr int kPreloadTiles =
+      kStages - kFreeStage < kStages - 1 ? kStages - kFreeStage : kStages - 1;
   // Whether the persistent grid is compiled in: not at head dim 256, whose O accumulator leaves
   // no registers for the loop's state (ptxas spilled).
   static constexpr bool kPersistent = kHeadDim <= 128;
@@ -213,10 +221,18 @@ struct GqaConfig {
   static_assert((kTileKeys * Smem::kChunks) % 32 == 0, "whole copies per lane");
   static_assert(kRowsPerTile * kScratchStride * 4 <= kWarpRingBytes, "O fits in the ring");
   static_assert(kFreeStage < kStages, "a stage is free during the warp merge");
+  static_assert(kHeadDim % 32 == 0, "scratch_column swizzles within 32-float blocks");
   static_assert(!Smem::kSwizzle || (kQBytes % Smem::kTileAlign == 0 &&
                                     kTileBytes % Smem::kTileAlign == 0),
                 "swizzled tiles start kTileAlign-aligned (pair_step)");
 };
+// Column `col` of row `row` of a warp's staged O (GqaConfig::kScratchStride floats per row):
+// the 8-float groups of the row permuted by row % 4, so that the 8 rows of a warp's quads (whose
+// lanes store float2 at columns 8 j + 2 t) fall in 32 different banks per half warp, as padding
+// each row by 8 floats did, with no padding. Keeps every 8-float group contiguous and in place
+// within its 32-float block.
+__device__ __forceinline__ int scratch_column(int row, int col) { return col ^ ((row & 3) << 3); }
+
 using GqaD64 = GqaConfig<64, 32, 4>;
 using GqaD96 = GqaConfig<96, 16, 4>;
 using GqaD128 = GqaConfig<128, 16, 3, 8>;  // two warps per scheduler: see the header
@@ -256,6 +272,9 @@ struct GqaParams {
   // blockIdx.x, + gridDim.x, ... below `items` (B * H_kv * row tiles), each item's Q and first
   // K/V tile copied while the item before it merges its warps.
   int64_t items;
+  // Persistent only: how many of the next item's first tiles a block copies during its warp
+  // merge, 1 .. Cfg::kPreloadTiles (the host's choice: kPreloadTiles; 1 to compare).
+  int preload_tiles;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -861,8 +880,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
       if (0 < my_tiles) load_stage(0, tile_begin + warp);
       cp_async_commit();
     }
+    // (A preloaded item's first kPreloadTiles tiles are in flight already, their groups committed.)
 #pragma unroll
     for (int s = 1; s < kStages - 1; ++s) {
+      if (preloaded && s < p.preload_tiles) continue;
       if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
       cp_async_commit();
     }
@@ -1002,8 +1023,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
     cp_async_wait<0>();  // only empty groups can be left; the ring is free
     __syncwarp();
 
-    // A persistent block: the next item's Q and first tile (into the stage the warp merge leaves
-    // free) are copied now, in the prologue's two commit groups, while this item merges.
+    // A persistent block: the next item's Q and first kPreloadTiles tiles (into the stages the
+    // warp merge leaves free) are copied now, in the prologue's first commit groups, while this
+    // item merges, so that its pipeline is as full when its loop starts as in the loop itself.
     const int64_t next_item = Cfg::kPersistent && p.items > 0 ? item + gridDim.x : p.items;
     if (Cfg::kPersistent && next_item < p.items) {
       const GqaBlock nxt(p, next_item);
@@ -1011,14 +1033,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
       __syncthreads();  // every warp is past its reads of Q (head dim 256 reads it in the loop)
       load_q_tile<Cfg, Element>(smem_q, p, nxt.b, nxt.kv, nxt.row0, nxt.rows_here, tid);
       cp_async_commit();
-      if (warp < cur_plan.tile_end - cur_plan.tile_begin) {
-        const typename KvLayout::template Rows<Element> next_rows(kv_layout, nxt.b, nxt.kv);
-        const uint32_t k_tile = ring + Cfg::kFreeStage * Cfg::kStageBytes;
-        load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, next_rows, p.q,
-                                    cur_plan.key_lo + (cur_plan.tile_begin + warp) * kT,
-                                    cur_plan.key_hi, p.head_dim, lane);
+      const typename KvLayout::template Rows<Element> next_rows(kv_layout, nxt.b, nxt.kv);
+#pragma unroll
+      for (int t = 0; t < Cfg::kPreloadTiles; ++t) {
+        if (t >= p.preload_tiles) break;
+        if (warp + t * kW < cur_plan.tile_end - cur_plan.tile_begin) {
+          const uint32_t k_tile = ring + (Cfg::kFreeStage + t) * Cfg::kStageBytes;
+          load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, next_rows, p.q,
+                                      cur_plan.key_lo + (cur_plan.tile_begin + warp + t * kW) * kT,
+                                      cur_plan.key_hi, p.head_dim, lane);
+        }
+        cp_async_commit();
       }
-      cp_async_commit();
     }
 
     // ---- merge the warps ----
@@ -1084,7 +1110,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
           const int row = g + 8 * hh;
 #pragma unroll
           for (int j = 0; j < kDTiles; ++j)
-            *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + 8 * j + 2 * t) =
+            *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + scratch_column(row, 8 * j + 2 * t)) =
                 make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
           float l = row_sum[hh];
           l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -1142,7 +1168,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
           if (w >= merged) continue;
           const float weight = warp_weight[w][rr];
           const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
-                             rr * Cfg::kScratchStride + d0;
+                             rr * Cfg::kScratchStride + scratch_column(rr, d0);
           add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
                        *reinterpret_cast<const float4*>(src + 4));
         }
