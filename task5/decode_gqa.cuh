@@ -104,6 +104,12 @@
 // (results/logs/h100_s9_stream_refs/). Nor the split count: cutting the keys finer than one
 // block per SM, so that the SMs that finish first take the later splits, was slower at every
 // count (each block pays its own ramp; results/logs/h100_s9_decode_mergers/, split sweep).
+// What any split-KV decode of those bytes can reach, measured without attention math
+// (results/logs/h100_s10_stream_probe/: this kernel's loads alone, 128 blocks of 8 warps x 3
+// stages of 8 KB, then with the split tail added): the loads alone stream near the copy
+// bandwidth, but each split's partial, fence and count, and the merge after them, cost a few
+// microseconds that a 64 MiB decode cannot hide, and leave even the math-free probe below
+// issue 32's 0.85 at batch 1 with 4 KV heads.
 //
 // A persistent grid for large batches. Unsplit work of more blocks than are resident at once
 // (batch 16 and more at 8 KV heads) used to run as several waves of one-item blocks, each
@@ -119,7 +125,10 @@
 // the warp's staged O fitting one stage (scratch_column), it copies as many as the ring keeps in
 // flight (Cfg::kPreloadTiles: 2 at head dim 128), so that the next item's loop starts with a full
 // pipeline: faster again where a block walks several items, and b64 x 1024 keys went from behind
-// cuDNN to ahead of it (results/logs/h100_s10_preload/; ATTN_GQA_PRELOAD_TILES=1 compares). Not
+// cuDNN to ahead of it (results/logs/h100_s10_preload/; ATTN_GQA_PRELOAD_TILES=1 compares). The
+// split decodes paid for it: ptxas rescheduled the whole kernel, and the same log folder's A/B
+// against the kernel before measured them a few percent slower, still ahead of cuDNN (branch
+// gqa-preload-static, the count a compile-time constant, is the candidate fix, not yet timed). Not
 // compiled at head dim 256, whose registers it would spill (Cfg::kPersistent).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
