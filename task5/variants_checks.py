@@ -351,7 +351,7 @@ def _mma_sweep(cases, gen, device, splits=MMA_SPLITS, dtypes=MMA_DTYPES, routed=
 
 def _persistent_checks(cases, gen, device) -> list[Check]:
     """Unsplit work on a persistent grid (decode_gqa.cuh: each block walks items, copying the
-    next one's Q and first tile while it merges the one before), forced to a grid of 2 blocks
+    next one's Q and first tiles while it merges the one before), forced to a grid of 2 blocks
     (ATTN_GQA_PERSISTENT_GRID) so that small cases walk several items: against float64, and bit
     for bit equal to a block per item (ATTN_GQA_PERSISTENT=0)."""
     checks = []
