@@ -279,7 +279,7 @@ struct GqaParams {
   int merge_blocks;
   // num_splits == 1 only: > 0, the grid is persistent: its gridDim.x blocks walk the items
   // blockIdx.x, + gridDim.x, ... below `items` (B * H_kv * row tiles), each item's Q and first
-  // K/V tile copied while the item before it merges its warps.
+  // K/V tiles copied while the item before it merges its warps.
   int64_t items;
   // Persistent only: how many of the next item's first tiles a block copies during its warp
   // merge, 1 .. Cfg::kPreloadTiles (the host's choice: kPreloadTiles; 1 to compare).
