@@ -89,19 +89,6 @@ bool rows_aligned_16(const torch::Tensor& t) {
   return true;
 }
 
-// How many blocks of a row tile merge its splits (GqaParams::merge_blocks, merge_in_last_block):
-// a waiting merger gains where a row tile has many splits' partials to read and costs where the
-// splits' blocks finish far apart (long key ranges) or where it holds an SM that the next
-// overlapped kernel would use (few splits), as measured (results/logs/h100_s9_decode_mergers/):
-// so more than one only for key ranges of at most kMergeWaitMaxKeys keys (the cache's capacity
-// or the window, over the splits), one per 4 splits, at most one row each, and only where the
-// whole grid is resident at once: the first mergers wait for the last block to count, so a
-// waiting merger must never hold the SM that block needs. (It waits only for blocks of its own
-// row tile, which the GPU dispatches in index order before any later tile's, so fewer SMs
-// than mergers would be needed to stall it; the residency bound is kept as a margin, for
-// instance where an MPS partition leaves the process fewer SMs than the device reports.)
-// ATTN_GQA_MERGE_BLOCKS (read on every call so that one process can compare) forces a count
-// ("1", "2", "4", "8", "16"; within the same limits).
 // The kernel's blocks resident at once on `device` (looked up once per device).
 template <typename Element, typename Cfg, typename KvLayout>
 int64_t resident_blocks(int device) {
@@ -118,6 +105,19 @@ int64_t resident_blocks(int device) {
   return slot;
 }
 
+// How many blocks of a row tile merge its splits (GqaParams::merge_blocks, merge_in_last_block):
+// a waiting merger gains where a row tile has many splits' partials to read and costs where the
+// splits' blocks finish far apart (long key ranges) or where it holds an SM that the next
+// overlapped kernel would use (few splits), as measured (results/logs/h100_s9_decode_mergers/):
+// so more than one only for key ranges of at most kMergeWaitMaxKeys keys (the cache's capacity
+// or the window, over the splits), one per 4 splits, at most one row each, and only where the
+// whole grid is resident at once: the first mergers wait for the last block to count, so a
+// waiting merger must never hold the SM that block needs. (It waits only for blocks of its own
+// row tile, which the GPU dispatches in index order before any later tile's, so fewer SMs
+// than mergers would be needed to stall it; the residency bound is kept as a margin, for
+// instance where an MPS partition leaves the process fewer SMs than the device reports.)
+// ATTN_GQA_MERGE_BLOCKS (read on every call so that one process can compare) forces a count
+// ("1", "2", "4", "8", "16"; within the same limits).
 template <typename Element, typename Cfg, typename KvLayout>
 int merge_blocks(int device, int64_t blocks, int64_t rows_per_tile, int64_t num_splits,
                  int64_t keys_per_split) {
@@ -260,8 +260,8 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
       if (Cfg::kPersistent && num_splits == 1 &&
           attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
         const char* forced = std::getenv("ATTN_GQA_PERSISTENT_GRID");
-        const int64_t wave = forced != nullptr && std::atoi(forced) > 0
-                                 ? std::atoi(forced) : resident_blocks<Element, Cfg, KvLayout>(device);
+        const int forced_grid = forced != nullptr ? std::atoi(forced) : 0;
+        const int64_t wave = forced_grid > 0 ? forced_grid : resident_blocks<Element, Cfg, KvLayout>(device);
         if (blocks > wave) {
           p.items = blocks;
           grid = wave;
