@@ -58,6 +58,10 @@ bool prepare_kernel(int device) {
   if (major < 8 || optin_shared_memory(device) < Cfg::kSmemBytes) return false;
   C10_CUDA_CHECK(cudaFuncSetAttribute(gqa_kernel<Element, Cfg, KvLayout>(),
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  if constexpr (kCanWalk<Cfg>) {  // the persistent grid's kernel: the same shared memory
+    C10_CUDA_CHECK(cudaFuncSetAttribute(gqa_kernel<Element, GqaWalk<Cfg>, KvLayout>(),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  }
   return true;
 }
 
@@ -253,23 +257,23 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
       // (tests, compute-sanitizer) a persistent grid of N blocks wherever there are more items.
       int64_t grid = blocks;
       p.items = 0;
-      // Its blocks copy the next item's first Cfg::kPreloadTiles tiles during each warp merge;
-      // ATTN_GQA_PRELOAD_TILES=1 (read on every call, to compare) only the first, as before.
-      p.preload_tiles = attn::env_choice("ATTN_GQA_PRELOAD_TILES", {"auto", "1"}, 0) == 1
-                            ? 1 : Cfg::kPreloadTiles;
-      if (Cfg::kPersistent && num_splits == 1 &&
-          attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
-        const char* forced = std::getenv("ATTN_GQA_PERSISTENT_GRID");
-        const int forced_grid = forced != nullptr ? std::atoi(forced) : 0;
-        const int64_t wave = forced_grid > 0 ? forced_grid : resident_blocks<Element, Cfg, KvLayout>(device);
-        if (blocks > wave) {
-          p.items = blocks;
-          grid = wave;
+      GqaKernel<KvLayout> kernel = gqa_kernel<Element, Cfg, KvLayout>();
+      if constexpr (kCanWalk<Cfg>) {
+        if (num_splits == 1 && attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
+          using Walk = GqaWalk<Cfg>;
+          const char* forced = std::getenv("ATTN_GQA_PERSISTENT_GRID");
+          const int forced_grid = forced != nullptr ? std::atoi(forced) : 0;
+          const int64_t wave = forced_grid > 0 ? forced_grid : resident_blocks<Element, Walk, KvLayout>(device);
+          if (blocks > wave) {
+            p.items = blocks;
+            grid = wave;
+            kernel = gqa_kernel<Element, Walk, KvLayout>();
+          }
         }
       }
-      attn::launch_maybe_overlapped("decode_gqa_kernel", gqa_kernel<Element, Cfg, KvLayout>(),
-                                    dim3(static_cast<unsigned>(grid)), dim3(Cfg::kThreads),
-                                    Cfg::kSmemBytes, overlap, stream, p, kv_layout);
+      attn::launch_maybe_overlapped("decode_gqa_kernel", kernel, dim3(static_cast<unsigned>(grid)),
+                                    dim3(Cfg::kThreads), Cfg::kSmemBytes, overlap, stream, p,
+                                    kv_layout);
       if (num_splits > 1 && p.counters == nullptr) {
         MergeParams<Element, float> merge{p.partial, p.lse, static_cast<Element*>(p.out),
                                           p.o_stride_b, p.o_stride_h, static_cast<int>(heads_q),

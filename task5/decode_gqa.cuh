@@ -125,11 +125,12 @@
 // the warp's staged O fitting one stage (scratch_column), it copies as many as the ring keeps in
 // flight (Cfg::kPreloadTiles: 2 at head dim 128), so that the next item's loop starts with a full
 // pipeline: faster again where a block walks several items, and b64 x 1024 keys went from behind
-// cuDNN to ahead of it (results/logs/h100_s10_preload/; ATTN_GQA_PRELOAD_TILES=1 compares). The
-// split decodes paid for it: ptxas rescheduled the whole kernel, and the same log folder's A/B
-// against the kernel before measured them a few percent slower, still ahead of cuDNN (branch
-// gqa-preload-static, the count a compile-time constant, is the candidate fix, not yet timed). Not
-// compiled at head dim 256, whose registers it would spill (Cfg::kPersistent).
+// cuDNN to ahead of it (results/logs/h100_s10_preload/). The split decodes paid for it while
+// both shared one kernel: ptxas rescheduled the whole kernel, and the same log folder's A/B
+// against the kernel before measured them a few percent slower, still ahead of cuDNN. So the walk
+// is its own instantiation of each configuration (GqaWalk<Cfg>, Cfg::kPersistent), and the split
+// and one-wave decodes run one without its code. Not compiled at head dim 256, whose registers
+// it would spill (kCanWalk).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
@@ -198,8 +199,11 @@ constexpr int kGqaMaxHeadDim = 256;  // the widest instantiation below
 constexpr int kRowsPerTile = 16;     // the m16 of mma.sync.m16n8k16
 constexpr int kMaxQueryRows = 16;    // S_q per sequence (speculative decoding's few rows)
 
-// One configuration per head dim: keys per warp tile, stages of each warp's ring.
-template <int kHeadDim_, int kTileKeys_, int kStages_, int kWarps_ = 4>
+// One configuration per head dim: keys per warp tile, stages of each warp's ring; kWalk_, the
+// persistent grid's instantiation of it (GqaWalk below), compiled apart so that the split and
+// one-wave decodes run a kernel without the walk's code (ptxas schedules the whole kernel anew
+// for any code added to it: results/logs/h100_s10_preload/).
+template <int kHeadDim_, int kTileKeys_, int kStages_, int kWarps_ = 4, bool kWalk_ = false>
 struct GqaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileKeys = kTileKeys_;
@@ -212,10 +216,13 @@ struct GqaConfig {
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kWarpRingBytes = kStages * kStageBytes;
   static constexpr int kQBytes = kRowsPerTile * Smem::kRowBytes;
-  // A warp's O, staged for the merge of the warps in its own ring: kHeadDim floats per row, the
-  // columns swizzled (scratch_column) rather than the rows padded, so that O fills exactly one
-  // stage where a stage holds kHeadDim floats per row (head dims 96, 128, 256).
-  static constexpr int kScratchStride = kHeadDim;
+  // Whether this is the persistent grid's kernel (GqaParams::items): blocks that walk items.
+  static constexpr bool kPersistent = kWalk_;
+  // A warp's O, staged for the merge of the warps in its own ring (floats per row). Padding each
+  // row by 8 floats puts the 8 rows a warp's quads write at once in different banks; the walk
+  // swizzles the columns instead (scratch_column), so that O fills exactly one stage (head dims
+  // 96, 128, 256) and leaves the others to the next item's tiles.
+  static constexpr int kScratchStride = kPersistent ? kHeadDim : kHeadDim + 8;
   static constexpr int kSmemBytes = Smem::kTileAlign + kQBytes + kWarps * kWarpRingBytes;
   // The first ring stage the warp merge's scratch (kRowsPerTile rows of kScratchStride floats at
   // the ring's start) leaves free: a persistent block copies its next item's first tiles there,
@@ -223,24 +230,31 @@ struct GqaConfig {
   static constexpr int kFreeStage = (kRowsPerTile * kScratchStride * 4 + kStageBytes - 1) / kStageBytes;
   static constexpr int kPreloadTiles =
       kStages - kFreeStage < kStages - 1 ? kStages - kFreeStage : kStages - 1;
-  // Whether the persistent grid is compiled in: not at head dim 256, whose O accumulator leaves
-  // no registers for the loop's state (ptxas spilled).
-  static constexpr bool kPersistent = kHeadDim <= 128;
+  // Column `col` of row `row` of the staged O: as it is where rows are padded; in the walk, the
+  // 8-float groups of the row permuted by row % 4, so that the 8 rows of a warp's quads (whose
+  // lanes store float2 at columns 8 j + 2 t) fall in 32 different banks per half warp, with no
+  // padding; every 8-float group stays contiguous, within its 32-float block.
+  static __device__ __forceinline__ int scratch_column(int row, int col) {
+    return kPersistent ? col ^ ((row & 3) << 3) : col;
+  }
   static_assert(kTileKeys % 16 == 0, "whole k16 steps of P V");
   static_assert((kTileKeys * Smem::kChunks) % 32 == 0, "whole copies per lane");
   static_assert(kRowsPerTile * kScratchStride * 4 <= kWarpRingBytes, "O fits in the ring");
   static_assert(kFreeStage < kStages, "a stage is free during the warp merge");
-  static_assert(kHeadDim % 32 == 0, "scratch_column swizzles within 32-float blocks");
+  // The walk is not compiled at head dim 256, whose O accumulator leaves no registers for the
+  // loop's state (ptxas spilled).
+  static_assert(!kPersistent || (kHeadDim <= 128 && kHeadDim % 32 == 0),
+                "the walk: head dims up to 128, columns swizzled within 32-float blocks");
   static_assert(!Smem::kSwizzle || (kQBytes % Smem::kTileAlign == 0 &&
                                     kTileBytes % Smem::kTileAlign == 0),
                 "swizzled tiles start kTileAlign-aligned (pair_step)");
 };
-// Column `col` of row `row` of a warp's staged O (GqaConfig::kScratchStride floats per row):
-// the 8-float groups of the row permuted by row % 4, so that the 8 rows of a warp's quads (whose
-// lanes store float2 at columns 8 j + 2 t) fall in 32 different banks per half warp, as padding
-// each row by 8 floats did, with no padding. Keeps every 8-float group contiguous and in place
-// within its 32-float block.
-__device__ __forceinline__ int scratch_column(int row, int col) { return col ^ ((row & 3) << 3); }
+
+// The persistent grid's kernel of a configuration, and which configurations have one.
+template <typename Cfg>
+using GqaWalk = GqaConfig<Cfg::kHeadDim, Cfg::kTileKeys, Cfg::kStages, Cfg::kWarps, true>;
+template <typename Cfg>
+constexpr bool kCanWalk = Cfg::kHeadDim <= 128;
 
 using GqaD64 = GqaConfig<64, 32, 4>;
 using GqaD96 = GqaConfig<96, 16, 4>;
@@ -281,9 +295,6 @@ struct GqaParams {
   // blockIdx.x, + gridDim.x, ... below `items` (B * H_kv * row tiles), each item's Q and first
   // K/V tiles copied while the item before it merges its warps.
   int64_t items;
-  // Persistent only: how many of the next item's first tiles a block copies during its warp
-  // merge, 1 .. Cfg::kPreloadTiles (the host's choice: kPreloadTiles; 1 to compare).
-  int preload_tiles;
 };
 
 // The K/V address policy of a contiguous cache, k and v [B, H_kv, S_k, D] (strides in
@@ -892,7 +903,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
     // (A preloaded item's first kPreloadTiles tiles are in flight already, their groups committed.)
 #pragma unroll
     for (int s = 1; s < kStages - 1; ++s) {
-      if (preloaded && s < p.preload_tiles) continue;
+      if (Cfg::kPersistent && preloaded && s < Cfg::kPreloadTiles) continue;
       if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
       cp_async_commit();
     }
@@ -1045,7 +1056,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
       const typename KvLayout::template Rows<Element> next_rows(kv_layout, nxt.b, nxt.kv);
 #pragma unroll
       for (int t = 0; t < Cfg::kPreloadTiles; ++t) {
-        if (t >= p.preload_tiles) break;
         if (warp + t * kW < cur_plan.tile_end - cur_plan.tile_begin) {
           const uint32_t k_tile = ring + (Cfg::kFreeStage + t) * Cfg::kStageBytes;
           load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, next_rows, p.q,
@@ -1119,7 +1129,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
           const int row = g + 8 * hh;
 #pragma unroll
           for (int j = 0; j < kDTiles; ++j)
-            *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + scratch_column(row, 8 * j + 2 * t)) =
+            *reinterpret_cast<float2*>(scratch + row * Cfg::kScratchStride + Cfg::scratch_column(row, 8 * j + 2 * t)) =
                 make_float2(o[j][2 * hh], o[j][2 * hh + 1]);
           float l = row_sum[hh];
           l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -1177,7 +1187,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
           if (w >= merged) continue;
           const float weight = warp_weight[w][rr];
           const float* src = reinterpret_cast<const float*>(smem_q_ptr + Cfg::kQBytes + w * Cfg::kWarpRingBytes) +
-                             rr * Cfg::kScratchStride + scratch_column(rr, d0);
+                             rr * Cfg::kScratchStride + Cfg::scratch_column(rr, d0);
           add_weighted(val, weight, *reinterpret_cast<const float4*>(src),
                        *reinterpret_cast<const float4*>(src + 4));
         }
@@ -1243,5 +1253,22 @@ extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD96, PagedKv>();
 extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128, PagedKv>();
 extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128Compact, PagedKv>();
 extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD256, PagedKv>();
+// The persistent grid's kernels (GqaWalk), where a configuration has one (kCanWalk).
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD64>, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD96>, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD128>, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD128Compact>, ContiguousKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaWalk<GqaD64>, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaWalk<GqaD96>, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaWalk<GqaD128>, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__half, GqaWalk<GqaD128Compact>, PagedKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD64>, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD96>, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128>, ContiguousKv>();
+extern template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128Compact>, ContiguousKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD64>, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD96>, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128>, PagedKv>();
+extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128Compact>, PagedKv>();
 
 }  // namespace attn_gqa

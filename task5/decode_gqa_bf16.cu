@@ -20,5 +20,14 @@ template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD96, PagedKv>();
 template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128, PagedKv>();
 template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128Compact, PagedKv>();
 template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD256, PagedKv>();
+// The persistent grid's kernels (GqaWalk: head dims up to 128).
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD64>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD96>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128Compact>, ContiguousKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD64>, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD96>, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128>, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128Compact>, PagedKv>();
 
 }  // namespace attn_gqa

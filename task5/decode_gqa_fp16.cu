@@ -20,5 +20,14 @@ template GqaKernel<PagedKv> gqa_kernel<__half, GqaD96, PagedKv>();
 template GqaKernel<PagedKv> gqa_kernel<__half, GqaD128, PagedKv>();
 template GqaKernel<PagedKv> gqa_kernel<__half, GqaD128Compact, PagedKv>();
 template GqaKernel<PagedKv> gqa_kernel<__half, GqaD256, PagedKv>();
+// The persistent grid's kernels (GqaWalk: head dims up to 128).
+template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD64>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD96>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD128>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD128Compact>, ContiguousKv>();
+template GqaKernel<PagedKv> gqa_kernel<__half, GqaWalk<GqaD64>, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__half, GqaWalk<GqaD96>, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__half, GqaWalk<GqaD128>, PagedKv>();
+template GqaKernel<PagedKv> gqa_kernel<__half, GqaWalk<GqaD128Compact>, PagedKv>();
 
 }  // namespace attn_gqa
