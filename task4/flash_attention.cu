@@ -70,6 +70,7 @@
 #include <string>
 
 #include "attention_checks.cuh"
+#include "device_query.cuh"
 #include "attention_mask_host.cuh"
 #include "fp32_tiles.cuh"
 
@@ -621,28 +622,13 @@ KernelChoice choice_for(int config, int64_t head_dim, bool general) {
 
 // ATTN_FP32_CONFIG, read on every call (a getenv is cheap) so a test can time each config.
 int requested_config() {
-  const char* env = std::getenv("ATTN_FP32_CONFIG");
-  if (env == nullptr || *env == '\0') return kDefaultConfig;
-  char* end = nullptr;
-  const long value = std::strtol(env, &end, 10);
-  TORCH_CHECK_VALUE(*end == '\0' && value >= 0 && value < kNumConfigs, attn::str("ATTN_FP32_CONFIG=", env,
-                    " is not a tile config of the fp32 kernel; use 0 (128x64), 1 (64x32) or "
-                    "2 (128x32), or unset it for the default (",
-                    kDefaultConfig, ")."));
-  return static_cast<int>(value);
-}
-
-int max_smem_optin(int device) {
-  int bytes = 0;
-  const cudaError_t err =
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  TORCH_CHECK(err == cudaSuccess, attn::str("cudaDeviceGetAttribute failed: ", cudaGetErrorString(err)));
-  return bytes;
+  return attn::env_int("ATTN_FP32_CONFIG", kDefaultConfig, 0, kNumConfigs - 1,
+                       "a tile config of the fp32 kernel (0: 128x64, 1: 64x32, 2: 128x32)");
 }
 
 // The requested config if its shared memory fits this GPU, else config 1 (the smallest).
 KernelChoice choose_kernel(int64_t head_dim, int device, bool general) {
-  const int limit = max_smem_optin(device);
+  const int limit = attn::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   KernelChoice choice = choice_for(requested_config(), head_dim, general);
   if (choice.smem_bytes > static_cast<size_t>(limit)) choice = choice_for(1, head_dim, general);
   TORCH_CHECK(choice.smem_bytes <= static_cast<size_t>(limit), attn::str("flash_attention_fp32 needs ",

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "attention_checks.cuh"
+#include "device_query.cuh"
 #include "attention_mask_host.cuh"
 #include "flash_attention_hopper.cuh"
 #include "flash_attention_mma_host.cuh"  // set_problem, set_lse
@@ -224,9 +225,9 @@ int64_t query_ctas(const hopper_attn::Launcher& kernel, const hopper_attn::Param
     tile_counter = torch::empty({1}, q.options().dtype(torch::kInt32));
     p.tile_counter = tile_counter.data_ptr<int>();
     C10_CUDA_CHECK(cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream));
-    int device = 0, sms = 0;
+    int device = 0;
     C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const int sms = attn::device_attribute(cudaDevAttrMultiProcessorCount, device);
     const int64_t tiles = static_cast<int64_t>(grid.x) * p.batch_heads;  // work_tiles<Cfg>(p)
     grid = dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sms))), 1, 1);
   }

@@ -50,6 +50,7 @@
 #include <string>
 
 #include "attention_checks.cuh"
+#include "device_query.cuh"
 #include "attention_mask_host.cuh"
 #include "flash_attention_mma.cuh"
 #include "flash_attention_mma_host.cuh"
@@ -58,13 +59,8 @@ namespace {
 
 // The tile configuration, read on every call so a benchmark can switch it between calls.
 int tile_config_from_env() {
-  const char* env = std::getenv("ATTN_MMA_CONFIG");
-  if (env == nullptr || env[0] == '\0') return 0;
-  const std::string value(env);
-  TORCH_CHECK_VALUE(value.size() == 1 && value[0] >= '0' && value[0] < '0' + mma_attn::kNumConfigs,
-                    attn::str("ATTN_MMA_CONFIG=", value, " is not a tile configuration of the fp16/bf16 "
-                    "kernel; use 0, 1 or 2, or unset it for the default 0."));
-  return value[0] - '0';
+  return attn::env_int("ATTN_MMA_CONFIG", 0, 0, mma_attn::kNumConfigs - 1,
+                       "a tile configuration of the fp16/bf16 kernel");
 }
 
 // The kernel copies rows with 16-byte cp.async: the last dimension must be contiguous and
@@ -103,9 +99,7 @@ torch::Tensor flash_attention_mma(torch::Tensor q, torch::Tensor k, torch::Tenso
   check_row_layout(v, "v");
 
   c10::cuda::CUDAGuard device_guard(q.device());
-  int major = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                        q.device().index()));
+  const int major = attn::device_attribute(cudaDevAttrComputeCapabilityMajor, q.device().index());
   TORCH_CHECK_VALUE(major >= 8, attn::str("flash_attention_mma needs a GPU of compute capability 8.0 or "
                     "newer (cp.async, bf16 mma.sync); this one is ", major, ".x. Use the fp32 "
                     "kernel or torch's scaled_dot_product_attention."));

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "attention_checks.cuh"
+#include "device_query.cuh"
 #include "attention_mask_host.cuh"
 #include "fp32_tiles.cuh"
 
@@ -621,10 +622,7 @@ BwdChoice bwd_choice(int64_t head_dim, bool general) {
 
 // The 8-warp tiles where their shared memory fits this GPU, else the 4-warp ones.
 BwdChoice choose_bwd_kernels(int64_t head_dim, int device, bool general) {
-  int limit = 0;
-  const cudaError_t err =
-      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  TORCH_CHECK(err == cudaSuccess, attn::str("cudaDeviceGetAttribute failed: ", cudaGetErrorString(err)));
+  const int limit = attn::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   BwdChoice choice = bwd_choice<BwdLarge>(head_dim, general);
   if (choice.smem_bytes > static_cast<size_t>(limit)) choice = bwd_choice<BwdSmall>(head_dim, general);
   TORCH_CHECK(choice.smem_bytes <= static_cast<size_t>(limit), attn::str("flash_attention_backward_fp32 "

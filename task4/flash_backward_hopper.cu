@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attention_checks.cuh"
+#include "device_query.cuh"
 #include "attention_mask_host.cuh"
 #include "flash_backward_hopper_kernel.cuh"
 #include "hopper_tensor_map.h"
@@ -36,9 +37,8 @@ std::string backward_hopper_refusal(const torch::Tensor& q, const torch::Tensor&
   if (head_dim < 64 || head_dim > 128 || head_dim % 8 != 0)
     return attn::str("head_dim ", head_dim, " (it takes multiples of 8 from 64 to 128)");
   if (std::max(q.size(2), k.size(2)) > INT_MAX / 2) return "sequences beyond 30-bit row indices";
-  int major = 0, minor = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.device().index()));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, q.device().index()));
+  const int major = attn::device_attribute(cudaDevAttrComputeCapabilityMajor, q.device().index());
+  const int minor = attn::device_attribute(cudaDevAttrComputeCapabilityMinor, q.device().index());
   if (major != 9 || minor != 0) return "a GPU that is not compute capability 9.0 (sm_90a code runs only there)";
   return "";
 }

@@ -82,6 +82,7 @@
 #include <vector>
 
 #include "attention_checks.cuh"
+#include "device_query.cuh"
 #include "attention_mask_host.cuh"
 #include "flash_backward_mma.cuh"
 #include "flash_backward_mma_2d.cuh"
@@ -98,9 +99,9 @@ namespace {
 // has one shape and ignores it.
 bool backward_layout_2d(int padded_dim, bool general) {
   if (attn::env_choice("ATTN_BWD_LAYOUT", {"2d", "rows", "wgmma"}, 0) == 1) return false;  // "rows"
-  int device = 0, optin = 0;
+  int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int optin = attn::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   return optin >= mma_bwd::backward_2d_smem_bytes(padded_dim, general);
 }
 
@@ -143,9 +144,7 @@ std::vector<torch::Tensor> flash_attention_backward_mma(
                     "batch * heads (", batch * heads, ") in 65535; split the batch."));
 
   const c10::cuda::CUDAGuard device_guard(q.device());
-  int major = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                        q.device().index()));
+  const int major = attn::device_attribute(cudaDevAttrComputeCapabilityMajor, q.device().index());
   TORCH_CHECK_VALUE(major >= 8, attn::str("flash_attention_backward_mma needs a GPU of compute "
                     "capability 8.0 or newer (cp.async, bf16 mma.sync); this one is ", major,
                     ".x. Compute the backward in float32 (flash_attention_backward_fp32)."));

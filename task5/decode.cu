@@ -787,8 +787,7 @@ int* split_counters(cudaStream_t stream, int64_t count) {
   constexpr int kMaxDevices = 64;
   static int* buffers[kMaxDevices] = {};
   static std::mutex mutex;
-  const char* forced = std::getenv("ATTN_DECODE_COMBINE_KERNEL");
-  if (forced != nullptr && std::string(forced) == "1") return nullptr;
+  if (attn::env_choice("ATTN_DECODE_COMBINE_KERNEL", {"0", "1"}, 0) == 1) return nullptr;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   if (count > kCapacity || device >= kMaxDevices) return nullptr;
@@ -818,8 +817,8 @@ namespace {
 int decode_prefetch_keys() {
   constexpr int kDefaultPrefetchKeys = 32;
   if (!attn::overlapped_launches_enabled()) return 0;
-  const char* env = std::getenv("ATTN_DECODE_PREFETCH_KEYS");
-  return env != nullptr ? std::max(0, std::atoi(env)) : kDefaultPrefetchKeys;
+  return attn::env_int("ATTN_DECODE_PREFETCH_KEYS", kDefaultPrefetchKeys, 0, 1 << 20,
+                       "a count of K and V rows to prefetch");
 }
 
 template <typename T>

@@ -26,6 +26,7 @@
 #include "attention_mask_host.cuh"
 #include "decode_common.cuh"
 #include "decode_gqa.cuh"
+#include "device_query.cuh"
 
 // MAX_SPLITS, the merge of split results (merge_lse_splits), the layout checks.
 using namespace attn_decode;
@@ -37,15 +38,9 @@ using namespace attn_gqa;
 
 // ---- host side: configuration, checks and launch (given) ---------------------------------
 
-// The shared memory a block of `device` may opt in to (looked up once per device).
+// The shared memory a block of `device` may opt in to.
 int optin_shared_memory(int device) {
-  static int bytes[64] = {};  // 0: not looked up yet
-  int looked_up = 0;
-  int& slot = device >= 0 && device < 64 ? bytes[device] : looked_up;
-  if (slot == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&slot, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  }
-  return slot;
+  return attn::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
 // Above 48 KB a kernel must opt in to more dynamic shared memory; false if the GPU has less
@@ -53,8 +48,7 @@ int optin_shared_memory(int device) {
 // sm_80 (no cp.async, no bf16 mma.sync).
 template <typename Element, typename Cfg, typename KvLayout = ContiguousKv>
 bool prepare_kernel(int device) {
-  int major = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const int major = attn::device_attribute(cudaDevAttrComputeCapabilityMajor, device);
   if (major < 8 || optin_shared_memory(device) < Cfg::kSmemBytes) return false;
   C10_CUDA_CHECK(cudaFuncSetAttribute(gqa_kernel<Element, Cfg, KvLayout>(),
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
@@ -96,17 +90,8 @@ bool rows_aligned_16(const torch::Tensor& t) {
 // The kernel's blocks resident at once on `device` (looked up once per device).
 template <typename Element, typename Cfg, typename KvLayout>
 int64_t resident_blocks(int device) {
-  static int resident[64] = {};  // 0: not looked up yet
-  int looked_up = 0;              // (as optin_shared_memory: devices past 64 ask every time)
-  int& slot = device >= 0 && device < 64 ? resident[device] : looked_up;
-  if (slot == 0) {
-    int per_sm = 0, sms = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, gqa_kernel<Element, Cfg, KvLayout>(), Cfg::kThreads, Cfg::kSmemBytes));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    slot = std::max(1, per_sm * sms);
-  }
-  return slot;
+  const void* kernel = reinterpret_cast<const void*>(gqa_kernel<Element, Cfg, KvLayout>());
+  return std::max(1, attn::resident_blocks(kernel, Cfg::kThreads, Cfg::kSmemBytes, device));
 }
 
 // How many blocks of a row tile merge its splits (GqaParams::merge_blocks, merge_in_last_block):
@@ -261,8 +246,8 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
       if constexpr (kCanWalk<Cfg>) {
         if (num_splits == 1 && attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
           using Walk = GqaWalk<Cfg>;
-          const char* forced = std::getenv("ATTN_GQA_PERSISTENT_GRID");
-          const int forced_grid = forced != nullptr ? std::atoi(forced) : 0;
+          const int forced_grid = attn::env_int("ATTN_GQA_PERSISTENT_GRID", 0, 0, 1 << 20,
+                                                "a block count for the persistent grid (0: a full wave)");
           const int64_t wave = forced_grid > 0 ? forced_grid : resident_blocks<Element, Walk, KvLayout>(device);
           if (blocks > wave) {
             p.items = blocks;

@@ -16,14 +16,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "attention_checks.cuh"
 #include "decode_linear.cuh"
+#include "device_query.cuh"
 #include "device_values.cuh"
 
 namespace {
@@ -31,22 +30,11 @@ namespace {
 using namespace attn_linear;
 
 // The blocks of `kernel` that fit on the GPU at once: its first wave, resident while the kernel
-// before it finishes. Looked up once per kernel and device.
+// before it finishes (looked up once per kernel and device).
 int first_wave_blocks(const void* kernel) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> known;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(kernel, device);
-  auto found = known.find(key);
-  if (found == known.end()) {
-    int per_sm = 0, sms = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    found = known.emplace(key, per_sm * sms).first;
-  }
-  return found->second;
+  return attn::resident_blocks(kernel, kThreads, 0, device);
 }
 
 // The bytes of each weight row that the first round of a row group reads: kUnroll steps of
@@ -82,15 +70,12 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
 // kMinStepsPerWarp steps along K (two rounds of kUnroll loads in flight); below that a block
 // lives for about one memory round trip and its fixed costs (start, the shared-memory sums,
 // the epilogue) are no longer spread over enough bytes.
-// ATTN_DECODE_LINEAR_K_SPLITS=1, 2 or 4 replaces the choice everywhere (to measure what the
-// split buys inside a whole decode step; an explicit k_splits argument still wins).
+// ATTN_DECODE_LINEAR_K_SPLITS=1, 2 or 4 (read once per process) replaces the choice everywhere
+// (to measure what the split buys inside a whole decode step; an explicit k_splits argument
+// still wins).
 int choose_k_splits(int K, int64_t element_size) {
-  static const int forced = [] {
-    const char* env = std::getenv("ATTN_DECODE_LINEAR_K_SPLITS");
-    const int value = env != nullptr ? std::atoi(env) : 0;
-    return value == 1 || value == 2 || value == 4 ? value : 0;
-  }();
-  if (forced > 0) return forced;
+  static const int forced = attn::env_choice("ATTN_DECODE_LINEAR_K_SPLITS", {"auto", "1", "2", "4"}, 0);
+  if (forced > 0) return 1 << (forced - 1);
   const int elements_per_step = 32 * static_cast<int>(16 / element_size);  // 32 lanes x 16 bytes
   const int steps = attn::ceil_div(K, elements_per_step);
   int k_splits = 1;

@@ -19,6 +19,7 @@
 
 #include "attention_checks.cuh"
 #include "device_inline.cuh"
+#include "device_query.cuh"
 
 namespace attn {
 
@@ -64,13 +65,7 @@ inline bool switched_off(const char* name) {
 inline bool overlapped_launches_enabled() {
   static const bool off = switched_off("ATTN_OVERLAP_LAUNCHES");
   if (off) return false;
-  static int major[64] = {};  // per device, looked up once (0: not yet)
-  const int device = c10::cuda::current_device();
-  if (device >= 64) return false;
-  if (major[device] == 0) {
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device));
-  }
-  return major[device] >= 9;
+  return attn::device_attribute(cudaDevAttrComputeCapabilityMajor, c10::cuda::current_device()) >= 9;
 }
 
 // kernel<<<grid, block, smem_bytes, stream>>>(args...), overlapped where it can be and

@@ -81,6 +81,21 @@ inline int env_choice(const char* name, std::initializer_list<const char*> value
   return default_index;
 }
 
+// An integer measurement switch: the environment variable `name`, read on every call (a getenv
+// is cheap) so that one process can time several values side by side. Unset or empty:
+// `default_value`; not a whole number in [min_value, max_value] raises a sentence naming the
+// variable, its range and `meaning` (what the number counts or selects).
+inline int env_int(const char* name, int default_value, int min_value, int max_value, const char* meaning) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || env[0] == '\0') return default_value;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  TORCH_CHECK_VALUE(*end == '\0' && value >= min_value && value <= max_value,
+                    attn::str(name, "=", env, " is not ", meaning, ": use a whole number from ", min_value,
+                              " to ", max_value, ", or unset it for the default (", default_value, ")."));
+  return static_cast<int>(value);
+}
+
 // t [B, H, S, D] of 16-bit elements itself where its rows can be read in 16-byte pieces (a
 // contiguous last dimension, the other strides multiples of 8 elements, a 16-byte aligned start;
 // with positive_strides, as a TMA descriptor needs, no stride 0 either), else a contiguous copy.
