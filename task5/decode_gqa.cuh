@@ -109,7 +109,11 @@
 // stages of 8 KB, then with the split tail added): the loads alone stream near the copy
 // bandwidth, but each split's partial, fence and count, and the merge after them, cost a few
 // microseconds that a 64 MiB decode cannot hide, and leave even the math-free probe below
-// issue 32's 0.85 at batch 1 with 4 KV heads.
+// issue 32's 0.85 at batch 1 with 4 KV heads. Two other tails measured no better
+// (results/logs/h100_s11_arms/, h100_s11_run_all/): dedicated merger blocks polling per-split
+// flags were much slower, and a merge with no trip through global memory (a cluster of 16
+// blocks per KV head, merging in distributed shared memory) leaves 64 blocks to stream, and
+// their loads alone, before any merge or math, already read too slowly for that target.
 //
 // A persistent grid for large batches. Unsplit work of more blocks than are resident at once
 // (batch 16 and more at 8 KV heads) used to run as several waves of one-item blocks, each
@@ -129,8 +133,9 @@
 // both shared one kernel: ptxas rescheduled the whole kernel, and the same log folder's A/B
 // against the kernel before measured them a few percent slower, still ahead of cuDNN. So the walk
 // is its own instantiation of each configuration (GqaWalk<Cfg>, Cfg::kPersistent), and the split
-// and one-wave decodes run one without its code. Not compiled at head dim 256, whose registers
-// it would spill (kCanWalk).
+// and one-wave decodes run one without its code: level with the kernel before the preload on
+// the split shapes, and the walk's gain kept (results/logs/h100_s11_arms/). Not compiled at head
+// dim 256, whose registers it would spill (kCanWalk).
 //
 // The split count (task5/attention.py, choose_gqa_splits) follows FlashAttention-3's
 // heuristic (hopper/heuristics.h) and FlashInfer's decode plan: no split once the
