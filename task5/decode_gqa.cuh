@@ -112,8 +112,8 @@
 // issue 32's 0.85 at batch 1 with 4 KV heads. Two other tails measured no better
 // (results/logs/h100_s11_arms/, h100_s11_run_all/): dedicated merger blocks polling per-split
 // flags were much slower, and a merge with no trip through global memory (a cluster of 16
-// blocks per KV head, merging in distributed shared memory) leaves 64 blocks to stream, and
-// their loads alone, before any merge or math, already read too slowly for that target.
+// blocks per KV head, merging in distributed shared memory) leaves 64 blocks to stream, whose
+// loads alone, before any merge or math, take nearly all the time that target allows.
 //
 // A persistent grid for large batches. Unsplit work of more blocks than are resident at once
 // (batch 16 and more at 8 KV heads) used to run as several waves of one-item blocks, each
