@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "attention_checks.cuh"
-#include "device_query.cuh"
 #include "attention_mask_host.cuh"
+#include "device_query.cuh"
 #include "flash_attention_hopper.cuh"
 #include "flash_attention_mma_host.cuh"  // set_problem, set_lse
 #include "hopper_tensor_map.h"

@@ -50,8 +50,8 @@
 #include <string>
 
 #include "attention_checks.cuh"
-#include "device_query.cuh"
 #include "attention_mask_host.cuh"
+#include "device_query.cuh"
 #include "flash_attention_mma.cuh"
 #include "flash_attention_mma_host.cuh"
 

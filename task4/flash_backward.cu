@@ -64,8 +64,8 @@
 #include <vector>
 
 #include "attention_checks.cuh"
-#include "device_query.cuh"
 #include "attention_mask_host.cuh"
+#include "device_query.cuh"
 #include "fp32_tiles.cuh"
 
 namespace {

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "attention_checks.cuh"
-#include "device_query.cuh"
 #include "attention_mask_host.cuh"
+#include "device_query.cuh"
 #include "flash_backward_hopper_kernel.cuh"
 #include "hopper_tensor_map.h"
 

@@ -82,8 +82,8 @@
 #include <vector>
 
 #include "attention_checks.cuh"
-#include "device_query.cuh"
 #include "attention_mask_host.cuh"
+#include "device_query.cuh"
 #include "flash_backward_mma.cuh"
 #include "flash_backward_mma_2d.cuh"
 

@@ -422,6 +422,10 @@ def gqa_mma_group(args=None):
     def inputs(sq=1, d=64, dtype=torch.float16):
         return _mma_inputs(2, 8, 2, sq, 64, d, dtype, gen, device, "")
 
+    def malformed_grid():
+        with env_setting("ATTN_GQA_PERSISTENT_GRID", "two"):
+            return direct(*inputs())
+
     checks += [
         check_raises("decode_gqa input: 17 query rows", lambda: direct(*inputs(sq=17)),
                      exc_types=strict, must_mention="query rows"),
@@ -433,6 +437,8 @@ def gqa_mma_group(args=None):
                      exc_types=strict, must_mention="dtype"),
         check_raises("decode_gqa input: sinks of the wrong shape", lambda: direct(
             *inputs(), sinks=torch.zeros(7, device=device)), exc_types=strict, must_mention="shape"),
+        check_raises("decode_gqa switch: ATTN_GQA_PERSISTENT_GRID=two", malformed_grid,
+                     exc_types=strict, must_mention="ATTN_GQA_PERSISTENT_GRID"),
     ]
     return checks, {}
 
