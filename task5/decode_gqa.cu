@@ -235,7 +235,13 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
                                                            num_splits, (keys + num_splits - 1) / num_splits);
       p.counters = num_splits > 1 ? split_counters(stream, (p.merge_blocks > 1 ? 2 : 1) * batch * heads_kv * row_tiles)
                                   : nullptr;
-      p.prefetch = prefetch ? Cfg::kStages - 1 : 0;  // the tiles its ring would hold in flight
+      // Tiles per warp asked of L2 before the wait: one at head dim 128 (the header says why),
+      // else as many as the ring keeps in flight; ATTN_GQA_PREFETCH_TILES (read on every call,
+      // so that one process can compare) sets the count.
+      const int prefetch_tiles = Cfg::kHeadDim == 128 ? 1 : Cfg::kStages - 1;
+      p.prefetch = prefetch ? attn::env_int("ATTN_GQA_PREFETCH_TILES", prefetch_tiles, 0, Cfg::kStages - 1,
+                                            "a count of key tiles per warp to prefetch")
+                            : 0;
       // Unsplit work of more blocks than are resident at once runs on a persistent grid of one
       // wave (GqaParams::items; the header says why). Read on every call so that one process can
       // compare: ATTN_GQA_PERSISTENT=0 launches a block per item instead; ATTN_GQA_PERSISTENT_GRID=N

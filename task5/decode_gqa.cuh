@@ -73,7 +73,14 @@
 // holds a context sweep at batch 1: time = a fixed cost per decode + bytes / bandwidth).
 // Prefetching 4 tiles per warp instead of kStages - 1 was slower at batch 64 and at batch 1 with
 // 8 KV heads, and two 4-warp blocks per SM for unsplit work changed nothing measurable
-// (results/logs/h100_gqa_prefetch_pair_ab.json).
+// (results/logs/h100_gqa_prefetch_pair_ab.json). Fewer is better at head dim 128: each K or V
+// row is one request to the SM's bulk-copy unit, and the block's threads wait for it to take
+// them, so its wait returns later the more rows it asks for (per-block %globaltimer stamps, the
+// timeline probe of branch gqa-timeline2: results/logs/h100_s11_prefetch/). One tile per warp
+// instead of two was faster at short contexts and batch 64 and inside task 6's decode step,
+// within a few tenths of a percent at 32768 keys, against cuDNN in alternating rounds
+// (gqa_prefetch_tiles_ab.log in the same folder); the other head dims keep kStages - 1 (not
+// measured).
 // The block's geometry (which row tile, split and (sequence, KV head) it is: three divisions)
 // and, where no key lengths are read, its plan of keys are computed before the wait too, as
 // they read only blockIdx and parameters: against computing them after the wait this was
