@@ -561,7 +561,7 @@ __device__ __forceinline__ void merge_head_splits(const States<T>& p, int64_t bh
 // that arrives last (it sees num_splits - 1) merges every split in split order, so the
 // result does not depend on which block that is, and resets the counter for the next decode.
 // At short contexts this saves the combine kernel's launch, about as long as the work.
-// count_block_is_last (decode_common.cuh) publishes a block's writes and counts it.
+// count_block_is_last (decode_common_device.cuh) publishes a block's writes and counts it.
 template <typename T>
 __device__ __forceinline__ void merge_in_last_block(const DecodeParams<T>& p) {
   __shared__ bool is_last;

@@ -43,18 +43,18 @@ int optin_shared_memory(int device) {
   return attn::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
-// Above 48 KB a kernel must opt in to more dynamic shared memory; false if the GPU has less
-// shared memory per block than the configuration needs (sm_86/89: 99 KB), or is older than
-// sm_80 (no cp.async, no bf16 mma.sync).
+// Above 48 KB a kernel must opt in to more dynamic shared memory (attn::allow_dynamic_smem,
+// once per device); false if the GPU has less shared memory per block than the configuration
+// needs (sm_86/89: 99 KB), or is older than sm_80 (no cp.async, no bf16 mma.sync).
 template <typename Element, typename Cfg, typename KvLayout = ContiguousKv>
 bool prepare_kernel(int device) {
   const int major = attn::device_attribute(cudaDevAttrComputeCapabilityMajor, device);
   if (major < 8 || optin_shared_memory(device) < Cfg::kSmemBytes) return false;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(gqa_kernel<Element, Cfg, KvLayout>(),
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  attn::allow_dynamic_smem(reinterpret_cast<const void*>(gqa_kernel<Element, Cfg, KvLayout>()),
+                           Cfg::kSmemBytes, device);
   if constexpr (kCanWalk<Cfg>) {  // the persistent grid's kernel: the same shared memory
-    C10_CUDA_CHECK(cudaFuncSetAttribute(gqa_kernel<Element, GqaWalk<Cfg>, KvLayout>(),
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    attn::allow_dynamic_smem(reinterpret_cast<const void*>(gqa_kernel<Element, GqaWalk<Cfg>, KvLayout>()),
+                             Cfg::kSmemBytes, device);
   }
   return true;
 }
@@ -79,6 +79,7 @@ decltype(auto) with_element(const torch::ScalarType dtype, Fn&& fn) {
   return fn(static_cast<__nv_bfloat16*>(nullptr));
 }
 
+// out's rows can take 16-byte stores (GqaParams::out_vec16).
 bool rows_aligned_16(const torch::Tensor& t) {
   if (!pointer_aligned(t.data_ptr(), 16)) return false;
   for (int dim = 0; dim < 3; ++dim) {
@@ -186,8 +187,9 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
                     "8.0 or newer with enough shared memory per block for head_dim ", head_dim,
                     "; this GPU has too little. Use decode_attention_grouped (CUDA cores) instead."));
 
-  // 16-byte copies only: a view whose rows do not allow them is copied once (rare).
-  const torch::Tensor qa = rows_aligned_16(q) ? q : q.contiguous();
+  // 16-byte copies only: a view whose rows do not allow them is copied once (rare; a clone, so
+  // that a contiguous view with a misaligned start is copied too, where contiguous() returns it).
+  const torch::Tensor qa = attn::with_16_byte_rows(q);
   torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
   GqaParams p{};
   p.mask = mask;
@@ -319,9 +321,9 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
   const std::optional<torch::Tensor> sink_values =
       attn::set_score_transforms(mask_params, q, softcap, sinks, scale_value);
 
-  // 16-byte copies only: a view whose rows do not allow them is copied once (rare).
-  const torch::Tensor ka = rows_aligned_16(k) ? k : k.contiguous();
-  const torch::Tensor va = rows_aligned_16(v) ? v : v.contiguous();
+  // 16-byte copies only, as for q (launch_decode_gqa).
+  const torch::Tensor ka = attn::with_16_byte_rows(k);
+  const torch::Tensor va = attn::with_16_byte_rows(v);
   const ContiguousKv kv_layout{ka.data_ptr(), va.data_ptr(), ka.stride(0), ka.stride(1), ka.stride(2),
                                va.stride(0), va.stride(1), va.stride(2)};
   return launch_decode_gqa(q, kv_layout, k.size(1), mask_params, scale_value, num_splits,

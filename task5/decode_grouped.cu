@@ -22,6 +22,7 @@
 #include "attention_mask_host.cuh"
 #include "decode_common.cuh"
 #include "decode_grouped.cuh"
+#include "device_query.cuh"
 
 // The block shape, packs, Score<T>, the merge of split results and the layout checks.
 using namespace attn_decode;
@@ -41,11 +42,10 @@ void launch_grouped_tile(const GroupedDecodeParams<T>& p, dim3 grid, cudaStream_
   static_assert(kSmem + WARPS_PER_BLOCK * GROUP_TILE * ROW * sizeof(Score<T>) <= 227 * 1024,
                 "the tiles and the warps' outputs fit an SM's shared memory");
   const GroupedKernel<T> kernel = grouped_kernel<T, GROUP_TILE, MIN_BLOCKS, ROW>(p.head_dim);
-  // Above 48 KB a kernel must opt in to more dynamic shared memory (cheap; once per call).
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  TORCH_CHECK(err == cudaSuccess, attn::str("cudaFuncSetAttribute failed for decode_grouped_kernel: ",
-              cudaGetErrorString(err)));
+  // Above 48 KB a kernel must opt in to more dynamic shared memory (once per device).
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  attn::allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem, device);
   kernel<<<grid, THREADS_PER_BLOCK, kSmem, stream>>>(p);
 }
 

@@ -426,6 +426,16 @@ def gqa_mma_group(args=None):
         with env_setting("ATTN_GQA_PERSISTENT_GRID", "two"):
             return direct(*inputs())
 
+    def off_16_bytes(t):
+        """t's values in a contiguous view that starts one element past a 16-byte boundary."""
+        view = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape)
+        return view.copy_(t)
+
+    aligned = inputs()
+    checks.append(Check("decode_gqa input: q, k, v contiguous but starting off a 16-byte boundary: "
+                        "copied, the same output bit for bit",
+                        torch.equal(direct(*map(off_16_bytes, aligned)), direct(*aligned))))
+
     checks += [
         check_raises("decode_gqa input: 17 query rows", lambda: direct(*inputs(sq=17)),
                      exc_types=strict, must_mention="query rows"),

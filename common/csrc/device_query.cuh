@@ -1,11 +1,14 @@
-// What host code asks the GPU on every call (an attribute, how many blocks of a kernel fit at
-// once), asked once per device: each answer is a driver call, and a decode's host time counts.
+// What host code asks of the GPU on every call (an attribute, how many blocks of a kernel fit at
+// once, a kernel's shared-memory opt-in), done once per device: each is a driver call, and a
+// decode's host time counts.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <map>
 #include <mutex>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "attention_checks.cuh"
@@ -51,6 +54,21 @@ inline int resident_blocks(const void* kernel, int threads, size_t smem_bytes, i
     found = known.emplace(key, per_sm * sms).first;
   }
   return found->second;
+}
+
+// Let `kernel` launch with `smem_bytes` of dynamic shared memory on `device` (above 48 KB a
+// kernel must opt in, cudaFuncSetAttribute), once per kernel, size and device. The caller has
+// made `device` current.
+inline void allow_dynamic_smem(const void* kernel, int smem_bytes, int device) {
+  static std::mutex mutex;
+  static std::set<std::tuple<const void*, int, int>> allowed;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, smem_bytes, device);
+  if (allowed.count(key) != 0) return;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  TORCH_CHECK(err == cudaSuccess, attn::str("cudaFuncSetAttribute(MaxDynamicSharedMemorySize, ", smem_bytes,
+                                            ") failed: ", cudaGetErrorString(err)));
+  allowed.insert(key);
 }
 
 }  // namespace attn
