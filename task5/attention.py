@@ -105,6 +105,18 @@ def _int_or_tensor(value, name: str) -> tuple[int, torch.Tensor | None]:
                         f"but is a {type(value).__name__}.") from None
 
 
+def _check_fresh_keys(fresh_keys) -> None:
+    if fresh_keys is None:
+        return
+    if not is_int(fresh_keys):
+        raise TypeError(f"fresh_keys must be an int (how many of each sequence's last keys the "
+                        f"kernel just before may have written) or None, not "
+                        f"{type(fresh_keys).__name__} {fresh_keys!r}.")
+    if fresh_keys < 0:
+        raise ValueError(f"fresh_keys must be >= 0 (0: no key was written just before; None: any "
+                         f"may have been) but is {fresh_keys}.")
+
+
 def _check_num_splits(num_splits) -> None:
     if num_splits is not None and not is_int(num_splits):
         raise TypeError(f"num_splits must be an int (blocks per head; 1 = no split) or None to "
@@ -187,7 +199,8 @@ def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                              mask: torch.Tensor | None = None,
                              key_lengths: torch.Tensor | None = None,
                              left_padding: bool = False, out: torch.Tensor | None = None,
-                             num_splits: int | None = None) -> torch.Tensor:
+                             num_splits: int | None = None,
+                             fresh_keys: int | None = None) -> torch.Tensor:
     """One query per (batch, query head) against a cache, with every attention variant.
 
     q [B, H_q, 1, D]; k, v [B, H_kv, S, D] (H_q a multiple of H_kv, any strides with a
@@ -200,20 +213,27 @@ def decode_attention_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     while it is incremented. num_splits: None picks it from the SM count (from S, so that a
     graph does not depend on the lengths); a number forces it on the kernel that runs
     (decode_gqa.cu for fp16/bf16 with H_q / H_kv >= 2, else the CUDA-core grouped kernel).
+    fresh_keys: a promise that only each sequence's last fresh_keys keys (of its length) may
+    have been written by the kernel launched just before this call, as a decode step's append
+    writes its new keys (None, the default: any key may have been). decode_gqa.cu then copies
+    the others while that kernel finishes (settled tiles, decode_gqa.cuh); the output is the
+    same bit for bit. A wrong promise can read stale keys.
     """
     check_attention_arguments(q, k, v, causal, out, window=window, stride=stride, mask=mask,
                               key_lengths=key_lengths, left_padding=left_padding)
     _check_num_splits(num_splits)
+    _check_fresh_keys(fresh_keys)
     if q.shape[2] != 1:
         raise ValueError(f"decode attends one new query per sequence: q must be [batch, heads, 1, "
                          f"head_dim] but has shape {tuple(q.shape)}; use task5.attention.attention "
                          "(up to 16 query rows on the decode kernel) for several queries.")
     return _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths,
-                                  left_padding, out, num_splits)
+                                  left_padding, out, num_splits, fresh_keys=fresh_keys)
 
 
 def _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths, left_padding,
-                           out, num_splits, softcap=None, sinks=None, scale=None):
+                           out, num_splits, softcap=None, sinks=None, scale=None,
+                           fresh_keys=None):
     """The decode kernel that runs arguments already checked (decode_attention_grouped,
     attention): decode_gqa.cu where it applies (fp16/bf16, group >= 2, S_q <= 16, every
     variant); otherwise (S_q == 1 and no softcap, sinks or scale here) the tensor-core path
@@ -221,7 +241,7 @@ def _decode_grouped_routed(q, k, v, causal, window, stride, mask, key_lengths, l
     CUDA-core grouped kernel."""
     if _gqa_kernel_applies(q, k):
         return _decode_gqa(q, k, v, causal, window, stride, mask, key_lengths, left_padding, out,
-                           num_splits, softcap, sinks, scale)
+                           num_splits, softcap, sinks, scale, fresh_keys)
     if (TENSOR_CORE_DECODE and num_splits is None and window is None and stride == 1
             and mask is None and key_lengths is None and not left_padding):
         splits = _tensor_core_splits(q, k, v)
@@ -359,11 +379,12 @@ def _gqa_splits_for(q, heads_kv: int, seq_k: int, causal: bool, window: int | No
 
 
 def _decode_gqa(q, k, v, causal, window, stride, mask, key_lengths, left_padding, out,
-                num_splits, softcap, sinks, scale):
+                num_splits, softcap, sinks, scale, fresh_keys=None):
     if num_splits is None:
         num_splits = gqa_num_splits(q, k, causal, window, key_lengths)
     return call_extension(_ext().decode_attention_gqa, q, k, v, causal, window, stride, mask,
-                          key_lengths, left_padding, softcap, sinks, scale, num_splits, out)
+                          key_lengths, left_padding, softcap, sinks, scale, num_splits, out,
+                          fresh_keys)
 
 
 # The path before decode_gqa.cu, kept for A/B timing (GQA_DECODE_KERNEL = False), plain

@@ -65,7 +65,7 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
                                    std::optional<torch::Tensor> key_lengths, bool left_padding,
                                    std::optional<double> softcap, std::optional<torch::Tensor> sinks,
                                    std::optional<double> scale, int64_t num_splits,
-                                   std::optional<torch::Tensor> out);
+                                   std::optional<torch::Tensor> out, std::optional<int64_t> fresh_keys);
 // Beyond the course: the same kernel through a paged KV cache, k_pages/v_pages [num_pages,
 // page_size, H_kv, D] and block_table [B, max_pages] int32, seq_lens [B] int32 keys per
 // sequence, read on the device (decode_paged.cu).
@@ -116,7 +116,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("window") = py::none(), py::arg("stride") = 1, py::arg("mask") = py::none(),
         py::arg("key_lengths") = py::none(), py::arg("left_padding") = false,
         py::arg("softcap") = py::none(), py::arg("sinks") = py::none(), py::arg("scale") = py::none(),
-        py::arg("num_splits") = 1, py::arg("out") = py::none());
+        py::arg("num_splits") = 1, py::arg("out") = py::none(), py::arg("fresh_keys") = py::none());
   m.def("decode_attention_paged", &decode_attention_paged,
         "S_q <= 16 query rows per (batch, query head) against a paged cache k/v_pages [num_pages, "
         "page_size, H_kv, D] through block_table [B, max_pages], seq_lens [B] keys, every variant",

@@ -155,7 +155,7 @@ namespace {
 template <typename KvLayout>
 torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layout, int64_t heads_kv,
                                 const attn::MaskParams& mask, double scale_value, int64_t num_splits,
-                                std::optional<torch::Tensor> out) {
+                                std::optional<torch::Tensor> out, int fresh_keys = -1) {
   const int64_t batch = q.size(0), heads_q = q.size(1), seq_q = q.size(2), head_dim = q.size(3);
   const int64_t group = heads_q / heads_kv;
   TORCH_CHECK_VALUE(seq_q >= 1 && seq_q <= kMaxQueryRows, attn::str("the grouped-query decode takes 1 to ",
@@ -265,6 +265,19 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
           }
         }
       }
+      // Settled tiles (the header): where the caller says which keys may be fresh, a contiguous
+      // cache decoded one item per block, keys not left-padded. They replace the L2 prefetch.
+      // ATTN_GQA_SETTLED=0 (read on every call, so that one process can compare) ignores
+      // fresh_keys.
+      p.fresh_keys = -1;
+      if constexpr (std::is_same_v<KvLayout, ContiguousKv>) {
+        if (fresh_keys >= 0 && overlap && attn::overlapped_launches_enabled() && p.items == 0 &&
+            !mask.left_padding &&
+            !attn::switched_off("ATTN_GQA_SETTLED")) {
+          p.fresh_keys = fresh_keys;
+          p.prefetch = 0;
+        }
+      }
       attn::launch_maybe_overlapped("decode_gqa_kernel", kernel, dim3(static_cast<unsigned>(grid)),
                                     dim3(Cfg::kThreads), Cfg::kSmemBytes, overlap, stream, p,
                                     kv_layout);
@@ -295,14 +308,20 @@ torch::Tensor attn_decode::launch_decode_gqa_paged(const torch::Tensor& q, const
 // bf16; D a multiple of 8 up to 256), the queries being the last S_q positions of their
 // sequence, with every attention variant of common/variants.py. num_splits key ranges per
 // (sequence, KV head), merged by their log-sum-exp. Returns [B, H_q, S_q, D] (or `out`).
+// fresh_keys (a promise, or none): only each sequence's last fresh_keys keys may have been
+// written by the kernel just before this one; the others are then copied while it finishes
+// (settled tiles, decode_gqa.cuh).
 torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
                                    std::optional<int64_t> window, int64_t stride,
                                    std::optional<torch::Tensor> mask,
                                    std::optional<torch::Tensor> key_lengths, bool left_padding,
                                    std::optional<double> softcap, std::optional<torch::Tensor> sinks,
                                    std::optional<double> scale, int64_t num_splits,
-                                   std::optional<torch::Tensor> out) {
+                                   std::optional<torch::Tensor> out, std::optional<int64_t> fresh_keys) {
   attn::check_half_qkv(q, k, v);
+  TORCH_CHECK_VALUE(!fresh_keys.has_value() || *fresh_keys >= 0,
+                    attn::str("fresh_keys counts the keys the kernel just before may have written; it "
+                              "must be >= 0 (or None: any key may be fresh) but is ", *fresh_keys, "."));
   const int64_t head_dim = q.size(3), seq_k = k.size(2);
   TORCH_CHECK_VALUE(seq_k <= std::numeric_limits<int32_t>::max() / 2, attn::str("seq_k ", seq_k,
                     " is too long for 32-bit key indices."));
@@ -326,6 +345,10 @@ torch::Tensor decode_attention_gqa(torch::Tensor q, torch::Tensor k, torch::Tens
   const torch::Tensor va = attn::with_16_byte_rows(v);
   const ContiguousKv kv_layout{ka.data_ptr(), va.data_ptr(), ka.stride(0), ka.stride(1), ka.stride(2),
                                va.stride(0), va.stride(1), va.stride(2)};
+  // A copy was written by the kernel just before: none of its keys is settled.
+  const bool copied = ka.data_ptr() != k.data_ptr() || va.data_ptr() != v.data_ptr();
+  const int fresh = fresh_keys.has_value() && !copied
+                        ? static_cast<int>(std::min<int64_t>(*fresh_keys, seq_k)) : -1;
   return launch_decode_gqa(q, kv_layout, k.size(1), mask_params, scale_value, num_splits,
-                           std::move(out));
+                           std::move(out), fresh);
 }

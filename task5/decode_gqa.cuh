@@ -81,6 +81,23 @@
 // within a few tenths of a percent at 32768 keys, against cuDNN in alternating rounds
 // (gqa_prefetch_tiles_ab.log in the same folder); the other head dims keep kStages - 1 (not
 // measured).
+// Settled tiles (GqaParams::fresh_keys; decode_attention_grouped's fresh_keys). Before the wait
+// a block may read only what the kernel before does not write, and a decode cannot know which
+// keys that is; its caller can. A decode step's append writes only the step's new keys, so task
+// 6's model promises fresh_keys = 1, and each warp then copies into its ring, before the wait,
+// its first tiles whose keys all lie below the sequence's last fresh_keys keys (real copies
+// where the prefetch above only warms L2), from the plan worked out with the key lengths read
+// from L2; after the wait the plan is worked out again and copies from a plan that differs are
+// dropped. The output is the same bit for bit. For those copies to have time, RoPE + append lets
+// the attention start before it waits itself, and the products let the next kernel start once
+// they have waited instead of once their weights are streamed (device_inline.cuh, rope_append.cu,
+// decode_linear.cuh). In task 6's GQA step (one process, alternating rounds) the three together
+// were faster than none, most of it from the earlier starts, a little from the copies, which
+// alone, without them, bought nothing; the MHA course model's step (whose attention is
+// decode.cu's) did not move (results/logs/h100_s12_settled/, task6/NOTES.md). As graph replays
+// of a lone decode (its previous replay writes no key: fresh_keys 0) the copies were faster at
+// the longest contexts and level elsewhere (call1 in the same folder); the recorded benchmark
+// passes no promise. Not for a paged cache, left padding or the persistent grid.
 // The block's geometry (which row tile, split and (sequence, KV head) it is: three divisions)
 // and, where no key lengths are read, its plan of keys are computed before the wait too, as
 // they read only blockIdx and parameters: against computing them after the wait this was
@@ -298,6 +315,11 @@ struct GqaParams {
   int* counters;
   int out_vec16;   // out's rows start on 16-byte boundaries: 16-byte stores
   int prefetch;    // tiles per warp asked of L2 before waiting for the kernel before (see below)
+  // >= 0 (a contiguous cache, one item per block, keys not left-padded): only each sequence's
+  // last fresh_keys keys may have been written by the kernel before (a decode step's append),
+  // so each warp copies its first tiles below them into its ring before the wait (settled
+  // tiles, see the kernel); -1: any key may be fresh, none is copied before the wait.
+  int fresh_keys;
   // num_splits > 1: how many blocks of a row tile merge its splits, each a share of its rows
   // (merge_in_last_block): 1, the last to finish; H > 1, the last H, so counters holds two
   // ints per row tile (its count, and the count of its merges done). H > 1 only where every
@@ -757,6 +779,23 @@ __device__ __forceinline__ GqaPlan plan_keys(const GqaParams& p, const GqaBlock&
   return plan;
 }
 
+// The block's plan of keys before the wait for the kernel before, its key length (if any) read
+// from L2 (__ldcg, never kept in L1: the kernel's own read after the wait cannot meet a stale
+// line), for work that the plan after the wait checks or that cannot go wrong (a prefetch).
+// *sequence_end: the end of the sequence's keys (its length, or S_k).
+template <int kT>
+__device__ __forceinline__ GqaPlan plan_keys_peeked(const GqaParams& p, const GqaBlock& at,
+                                                    int* sequence_end) {
+  attn::MaskParams mask = p.mask;
+  mask.key_lengths = nullptr;
+  attn::KeyMask<true> range(mask, at.b, static_cast<int64_t>(at.kv) * p.group);
+  if (p.mask.key_lengths != nullptr)  // as KeyMask reads it, but from L2
+    range.set_key_length(__ldcg(p.mask.key_lengths + at.b * p.mask.key_lengths_stride),
+                         p.mask.left_padding);
+  *sequence_end = range.key_end;
+  return plan_keys<kT>(p, at, range);
+}
+
 // Given: what a block does while the kernel before it in the stream finishes (an overlapped
 // launch, device_values.cuh): it asks L2 for the first p.prefetch tiles of each of its warps,
 // which HBM can fetch meanwhile, and the kernel's loads then find them in L2. A prefetch is a
@@ -772,17 +811,10 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
     const GqaBlock at(p);
     const int64_t b = at.b;
     const int kv = at.kv;
-    attn::MaskParams mask = p.mask;
-    mask.key_lengths = nullptr;
-    attn::KeyMask<true> range(mask, b, static_cast<int64_t>(kv) * p.group);
-    if (p.mask.key_lengths != nullptr)  // as KeyMask reads it, but from L2
-      range.set_key_length(__ldcg(p.mask.key_lengths + b * p.mask.key_lengths_stride),
-                           p.mask.left_padding);
-    const int key_lo = max(range.keys_begin(at.row0 / p.group), 0);
-    const int key_hi = range.keys_end((at.row0 + at.rows_here - 1) / p.group);
-    const int n_tiles = key_hi > key_lo ? (key_hi - key_lo + kT - 1) / kT : 0;
-    const int2 tiles = split_tiles(n_tiles, at.split, p.num_splits);
-    const int tile_begin = tiles.x, tile_end = tiles.y;
+    int sequence_end;
+    const GqaPlan plan = plan_keys_peeked<kT>(p, at, &sequence_end);
+    const int key_lo = plan.key_lo, key_hi = plan.key_hi;
+    const int tile_begin = plan.tile_begin, tile_end = plan.tile_end;
     const typename ContiguousKv::template Rows<Element> rows(kv_layout, b, kv);
     const unsigned row_bytes = static_cast<unsigned>(p.head_dim * sizeof(Element));
     for (int s = 0; s < p.prefetch; ++s) {
@@ -795,6 +827,55 @@ __device__ __forceinline__ void prefetch_first_tiles(const GqaParams& p, const K
       }
     }
   }
+}
+
+// Whether two plans give a block's warps the same tiles of the same keys (settled tiles).
+__device__ __forceinline__ bool same_tiles(const GqaPlan& a, const GqaPlan& b) {
+  return a.key_lo == b.key_lo && a.key_hi == b.key_hi && a.tile_begin == b.tile_begin &&
+         a.tile_end == b.tile_end;
+}
+
+// cp_async_wait<n> for a count known at run time (n <= 3: the rings' stages minus one).
+__device__ __forceinline__ void cp_async_wait_newest(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
+  }
+}
+
+// Before the wait (the kernel's settled tiles, p.fresh_keys >= 0): this warp's first tiles, up to
+// kStages - 1 of them and while every key of the tile is below the sequence's last fresh_keys,
+// copied into the ring stages the key loop will read them from, one commit group each; returns
+// how many, and the plan they follow in *plan.
+template <typename Cfg, typename Element>
+__device__ __forceinline__ int copy_settled_tiles(const GqaParams& p, const ContiguousKv& kv_layout,
+                                                  const GqaBlock& at, GqaPlan* plan) {
+  constexpr int kT = Cfg::kTileKeys;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int sequence_end;
+  *plan = plan_keys_peeked<kT>(p, at, &sequence_end);
+  const int settled_end = sequence_end - p.fresh_keys;
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t smem_q = (raw + (Cfg::Smem::kTileAlign - 1)) &
+                          ~static_cast<uint32_t>(Cfg::Smem::kTileAlign - 1);
+  const uint32_t ring = smem_q + Cfg::kQBytes + warp * Cfg::kWarpRingBytes;
+  const typename ContiguousKv::template Rows<Element> rows(kv_layout, at.b, at.kv);
+  int copied = 0;
+#pragma unroll
+  for (int s = 0; s < Cfg::kStages - 1; ++s) {
+    const int tile = plan->tile_begin + warp + s * Cfg::kWarps;
+    const int key0 = plan->key_lo + tile * kT;
+    if (copied < s || tile >= plan->tile_end || min(key0 + kT, plan->key_hi) > settled_end) break;
+    const uint32_t k_tile = ring + s * Cfg::kStageBytes;
+    load_kv_stage<Cfg, Element>(k_tile, k_tile + Cfg::kTileBytes, rows, p.q, key0, plan->key_hi,
+                                p.head_dim, lane);
+    cp_async_commit();
+    ++copied;
+  }
+  return copied;
 }
 
 // grid (B * H_kv * num_splits * row_tiles), Cfg::kThreads threads: block ((b, kv), split,
@@ -821,7 +902,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
   // Where the plan of keys is known (a contiguous cache, no key lengths): the first copies'
   // addresses too, before the wait (FirstCopies).
   constexpr bool kContiguous = std::is_same_v<KvLayout, ContiguousKv>;
-  const bool copies_early = kContiguous && plan_before_wait;
+  // Settled tiles (p.fresh_keys >= 0): each warp's first tiles whose keys all lie below the
+  // sequence's last fresh_keys keys were written before the kernel before began (the caller's
+  // promise: a decode step's append writes only its new keys), so they are copied into the
+  // warp's ring now, from the plan worked out with the key length read from L2, while that
+  // kernel finishes; after the wait the plan is worked out again, and copies made from a plan
+  // that differs (a length still being written) are waited for and dropped.
+  const bool settle = kContiguous && !Cfg::kPersistent && p.fresh_keys >= 0;
+  int settled_tiles = 0;  // a prefix of this warp's first kStages - 1 tiles (uniform per warp)
+  GqaPlan settled_plan{};
+  if constexpr (kContiguous && !Cfg::kPersistent) {
+    if (settle) settled_tiles = copy_settled_tiles<Cfg, Element>(p, kv_layout, at, &settled_plan);
+  }
+  const bool copies_early = kContiguous && plan_before_wait && !settle;
   FirstCopies<Cfg, Element> first;
   if constexpr (kContiguous) {
     if (copies_early) {
@@ -904,22 +997,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
     // each, empty past its last tile, so that the waits below count the same). The first two
     // groups from addresses worked out before the wait where there are (copies_early), else here:
     // a paged cache, or key lengths read after the wait.
+    // Settled tiles copied from another plan than this one are dropped (their copies landed).
+    if (settled_tiles > 0 && !same_tiles(plan, settled_plan)) {
+      cp_async_wait<0>();
+      settled_tiles = 0;
+    }
     if (first_item && copies_early) {
       first.issue(lane);  // the same copies and commit groups as the branch below
     } else if (!preloaded) {
       load_q_tile<Cfg, Element>(smem_q, p, b, kv, row0, rows_here, tid);
       cp_async_commit();
-      if (0 < my_tiles) load_stage(0, tile_begin + warp);
-      cp_async_commit();
+      if (0 < my_tiles && settled_tiles == 0) load_stage(0, tile_begin + warp);
+      if (settled_tiles == 0) cp_async_commit();
     }
-    // (A preloaded item's first kPreloadTiles tiles are in flight already, their groups committed.)
+    // (A preloaded item's first kPreloadTiles tiles are in flight already, their groups
+    // committed; so are settled tiles, before Q's group.)
 #pragma unroll
     for (int s = 1; s < kStages - 1; ++s) {
       if (Cfg::kPersistent && preloaded && s < Cfg::kPreloadTiles) continue;
+      if (s < settled_tiles) continue;
       if (s < my_tiles) load_stage(s, tile_begin + warp + s * kW);
       cp_async_commit();
     }
-    cp_async_wait<kStages - 1>();  // Q has landed (this thread's copies) ...
+    // Q has landed (this thread's copies: its group is followed by kStages - 1 - settled_tiles
+    // tiles' groups) ...
+    if (settled_tiles == 0) {
+      cp_async_wait<kStages - 1>();
+    } else {
+      cp_async_wait_newest(kStages - 1 - settled_tiles);
+    }
     __syncthreads();               // ... and everyone's
 
     const uint32_t q_lane = smem_q + Smem::offset(lane & 15, lane >> 4);

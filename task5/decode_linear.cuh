@@ -38,7 +38,10 @@
 // step slower (bf16 has twice the instructions per byte); the bf16 loop's schedule, and its
 // speed, also moved with unrelated edits, so it is left exactly as measured (task6/NOTES.md).
 // Launched overlapped (device_values.cuh): on Hopper the next kernel is launched once every
-// warp here has streamed its weights, so its blocks are resident when this one's tail ends.
+// block here has waited for the kernel before, so that its blocks take SMs as this kernel's
+// last blocks leave them (RoPE + append, then the decode attention, which copies its first
+// K/V tiles meanwhile: task5/decode_gqa.cuh); launched only once every warp had streamed its
+// weights, task 6's GQA step was slower (task6/NOTES.md).
 // fp32's first wave of blocks, resident while the kernel before finishes, asks L2 for its first
 // round of weights meanwhile (a bulk prefetch per row: no registers). The same prefetch in the
 // 16-bit kernels changed ptxas's schedule of their loop and cost more than it gained; issued
@@ -193,7 +196,7 @@ template <typename T, int M, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     int prefetch_blocks, unsigned prefetch_bytes) {
+                     int prefetch_blocks, unsigned prefetch_bytes, int release_after_wait) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -234,6 +237,9 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     }
   }
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
+  // The next kernel may be launched now (release_after_wait, the default) or once the weights
+  // are streamed (below): see the top of the file.
+  if (release_after_wait) attn::let_next_kernel_start();
 
   float acc[kRowsPerWarp][M];
 #pragma unroll
@@ -260,8 +266,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     for (; k < K; k += k_step) stream_step<T, M>(acc, w_rows, x, K, k);
   }
 
-  // The weights are streamed: the next kernel may now be scheduled into this one's tail.
-  attn::let_next_kernel_start();
+  if (!release_after_wait) attn::let_next_kernel_start();
 
   // Sum each (row, m) over the 32 lanes.
 #pragma unroll
@@ -327,7 +332,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 
 // An instantiation of decode_linear_kernel, as the host launches it (decode_linear.cu).
 template <typename T>
-using LinearKernel = void (*)(const T*, const T*, const T*, const T*, T*, int, int, int, unsigned);
+using LinearKernel = void (*)(const T*, const T*, const T*, const T*, T*, int, int, int, unsigned, int);
 
 // decode_linear_kernel for `rows` rows of x (1..kMaxRows) and k_splits warps along K (1, 2, or
 // 4 for any other value). Each element type's instantiations are compiled in one file,

@@ -50,12 +50,16 @@ struct RuntimeInt {
 // the next is still being launched, and its weight stream has not started. A kernel launched
 // with launch_overlapped may start while the kernel before it in the stream is finishing:
 // it must call wait_for_previous_kernel() before it reads anything that kernel wrote, or
-// writes anything. Only constant data, such as weights, may be read before; a prefetch into
-// L2, where every write lands, may name any address, since it cannot make a load see an old
-// value (the decode kernel prefetches its first keys so). A kernel calls
-// let_next_kernel_start() once it has waited, so at most two kernels overlap. Before Hopper,
-// or with ATTN_OVERLAP_LAUNCHES=0 (to measure what it buys), it is an ordinary launch and the
-// two calls do nothing. The CUDA graph of a decode step keeps these overlaps.
+// writes anything. Only data no kernel of the step writes, such as weights, may be read before
+// (and the cache rows settled before the step, where the caller says which: the GQA decode's
+// fresh_keys); a prefetch into L2, where every write lands, may name any address, since it
+// cannot make a load see an old value (the decode kernels prefetch their first keys so).
+// A kernel calls let_next_kernel_start() once it has waited, so that at most two kernels
+// overlap, except RoPE + append (rope_append.cu), which lets the decode attention after it
+// start before it waits itself: that attention may then overlap the product before RoPE too,
+// and before its own wait it reads only the settled rows, the lengths and the parameters.
+// Before Hopper, or with ATTN_OVERLAP_LAUNCHES=0 (to measure what it buys), it is an ordinary
+// launch and the two calls do nothing. The CUDA graph of a decode step keeps these overlaps.
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

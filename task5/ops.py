@@ -10,8 +10,10 @@ function (task7/hf_attention.py):
         k, v [B, n_new, hidden] written at positions [current_pos, current_pos + n_new).
     flash_attention(q, k, v, causal=False) -> [B, H, S, D]          (task 4)
         q, k, v [B, H, S, D] views whose last dimension is contiguous.
-    decode_attention(q, k_cache, v_cache, num_heads, seq_len) -> [B, 1, hidden]   (task 5)
-        one query per sequence against cache positions [0, seq_len).
+    decode_attention(q, k_cache, v_cache, num_heads, seq_len, fresh_keys=None) -> [B, 1, hidden]
+        one query per sequence against cache positions [0, seq_len)   (task 5).
+        fresh_keys: the decode step's promise that the kernel just before wrote only each
+        sequence's last fresh_keys positions (its append); a hint, same output.
     decode_attention_bhsd(q, k, v, seq_len) -> [B, H, 1, D]         (task 5)
         the same on [B, H, S_max, D] views (Hugging Face's cache layout).
     decode_linear(x, weight, bias=None, residual=None) -> x @ weight.T (+ bias) (+ residual)
@@ -83,18 +85,19 @@ def kernel_ops() -> AttentionOps:
     fused = importlib.import_module("task5.fused")
 
     def decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal=False, out=None,
-                         num_splits=None):
+                         num_splits=None, fresh_keys=None):
         if k_cache.shape[-1] == q.shape[-1]:   # as many KV heads as query heads: the course kernel
             return task5.decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal, out,
                                           num_splits)
         # Grouped-query: the per-head views of the caches, the grouped decode kernel, with the
-        # length read on the device when it is a tensor (CUDA graphs).
+        # length read on the device when it is a tensor (CUDA graphs), and the step's promise
+        # of which keys its append wrote (fresh_keys) passed on.
         q_heads, k_heads, v_heads = _head_views(q, k_cache, v_cache, num_heads)
         lengths = seq_len if isinstance(seq_len, torch.Tensor) else None
         if lengths is None:
             k_heads, v_heads = k_heads[:, :, :seq_len], v_heads[:, :, :seq_len]
         o = task5.decode_attention_grouped(q_heads, k_heads, v_heads, key_lengths=lengths,
-                                           num_splits=num_splits)
+                                           num_splits=num_splits, fresh_keys=fresh_keys)
         return _finish(o.transpose(1, 2).reshape(q.shape), out)
 
     return AttentionOps("kernels", task5.allocate_kv_cache, task5.update_kv_cache,
@@ -179,7 +182,7 @@ def _torch_decode_attention_bhsd(q, k, v, seq_len, causal=False, out=None, num_s
 
 
 def _torch_decode_attention(q, k_cache, v_cache, num_heads, seq_len, causal=False, out=None,
-                            num_splits=None):
+                            num_splits=None, fresh_keys=None):
     o = _torch_decode_attention_bhsd(*_head_views(q, k_cache, v_cache, num_heads), seq_len)
     return _finish(o.transpose(1, 2).reshape(q.shape), out)
 

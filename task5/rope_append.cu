@@ -69,6 +69,7 @@ struct RopeAppendParams {
   int64_t max_position;  // min(cache length, table length): positions must be below it
   RuntimeInt current_pos;
   bool prefetch_tables;  // prefetch_table_rows before the wait (ATTN_ROPE_PREFETCH=0: off)
+  bool release_early;    // let the next kernel start before this one waits (see the kernel)
 };
 
 // The contiguous caches [B, max_len, kv_heads * D] (last dim contiguous; k and v caches alike
@@ -117,8 +118,13 @@ template <typename T, typename Cache>
 __global__ void __launch_bounds__(kThreads) rope_append_kernel(const RopeAppendParams p,
                                                               const Cache cache) {
   prefetch_table_rows(p);
+  // The next kernel (a decode step's attention) may start at once: this one is short, and what
+  // the attention reads before its own wait, the cache rows settled before this step and the
+  // lengths, no kernel of this layer writes (device_inline.cuh). Its blocks then copy their
+  // first K/V tiles while this kernel and the product before it finish.
+  if (p.release_early) attn::let_next_kernel_start();
   attn::wait_for_previous_kernel();  // q, k, v and the position come from the kernels before
-  attn::let_next_kernel_start();
+  if (!p.release_early) attn::let_next_kernel_start();
   const int half = p.head_dim / 2;
   const int64_t token = blockIdx.x;          // b * seq + s
   const int64_t b = token / p.seq, s = token % p.seq;
@@ -241,6 +247,9 @@ torch::Tensor launch_rope_append(const torch::Tensor& q, const torch::Tensor& k,
   p.max_position = max_position;
   p.current_pos = attn::runtime_int(current_pos, current_pos_tensor, "current_pos", batch, q.device());
   p.prefetch_tables = !attn::switched_off("ATTN_ROPE_PREFETCH");  // read on every call
+  // Read on every call so that one process can compare: ATTN_ROPE_EARLY_RELEASE=0 lets the next
+  // kernel start only once this one has waited.
+  p.release_early = !attn::switched_off("ATTN_ROPE_EARLY_RELEASE");
 
   const c10::cuda::CUDAGuard guard(q.device());
   const dim3 grid(static_cast<unsigned>(batch * seq), static_cast<unsigned>(blocks_per_token));

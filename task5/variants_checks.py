@@ -24,7 +24,8 @@ sequence's cache ends (or, left-padded, where it starts). Groups of `python -m t
               split counts (more splits than key tiles too), caches NaN beyond the keys a
               sequence has, split merges by the last block and by the merge kernel, a
               captured CUDA graph replayed as the lengths grow, routing through
-              task5.attention.attention; bad input raises a sentence
+              task5.attention.attention, settled tiles (fresh_keys: the keys a kernel
+              writes just before the decode NaN until it does); bad input raises a sentence
   gqa-bench   the issue's grouped-query decode shapes (B, H_q / H_kv, ctx, D 128), fp16 and
               bf16, decode_gqa.cu and every fused SDPA backend (enable_gqa=True) timed as
               CUDA-graph replays in interleaved rounds with the caches rotated (bigger than
@@ -312,12 +313,12 @@ def _mma_inputs(b, hq, hkv, sq, sk, d, dtype, gen, device, options):
     return q, k, v
 
 
-def _run_gqa(q, k, v, variant: Variant, out, num_splits):
+def _run_gqa(q, k, v, variant: Variant, out, num_splits, fresh_keys=None):
     """decode_gqa.cu itself (any group, head dims up to 256), past task5.attention's routing."""
     return attention_module._decode_gqa(q, k, v, variant.causal, variant.window, variant.stride,
                                         variant.mask, variant.key_lengths, variant.left_padding,
                                         out, num_splits, variant.softcap, variant.sinks,
-                                        variant.scale)
+                                        variant.scale, fresh_keys)
 
 
 def _mma_sweep(cases, gen, device, splits=MMA_SPLITS, dtypes=MMA_DTYPES, routed=False,
@@ -372,6 +373,51 @@ def _persistent_checks(cases, gen, device) -> list[Check]:
     return checks
 
 
+# Settled tiles (fresh_keys): (B, H_q, H_kv, S_q, S_k, D, pattern, fresh keys, splits). Task 6's
+# step (lengths on the device), a window, S_q 4 with its 4 keys fresh, head dims 96 and 256, no
+# key fresh, more fresh keys than keys, and left padding (where the promise is not used).
+SETTLED_CASES = [(1, 32, 8, 1, 4096, 128, "causal", 1, None), (4, 32, 8, 1, 1074, 128, "lengths", 1, None),
+                 (2, 16, 4, 1, 3000, 64, "window", 1, 3), (3, 8, 2, 4, 777, 128, "lengths", 4, None),
+                 (2, 8, 2, 1, 1023, 96, "causal", 1, 2), (2, 8, 2, 1, 500, 256, "causal", 1, None),
+                 (2, 16, 4, 1, 2000, 128, "causal", 0, None), (2, 8, 2, 1, 300, 128, "causal", 5000, 2),
+                 (3, 8, 2, 1, 900, 128, "left", 1, None)]
+
+
+def _settled_checks(gen, device) -> list[Check]:
+    """fresh_keys, the settled tiles of decode_gqa.cuh (each warp's first tiles below the fresh
+    keys copied before the wait for the kernel before): each sequence's last `fresh` keys are
+    NaN until one copy kernel, launched just before the decode, writes them (a tile copied
+    before that kernel ended could hold NaN, which poisons the output), and then against
+    float64 (check_variant) and bit for bit equal to the decode without the promise."""
+    checks = []
+    for b, hq, hkv, sq, sk, d, pattern, fresh, splits in SETTLED_CASES:
+        q = torch.randn(b, hq, sq, d, device=device, generator=gen).to(torch.float16)
+        # K and V in one buffer, so that one kernel writes both's fresh rows.
+        kv = torch.randn(2, b, hkv, sk, d, device=device, generator=gen).to(torch.float16)
+        variant = _mma_variant(pattern, "", b, hq, sq, sk, torch.float16, gen, device)
+        ends = (variant.key_lengths.long() if variant.key_lengths is not None and not variant.left_padding
+                else torch.full((b,), sk, device=device, dtype=torch.long))
+        rows = [(i, j) for i in range(b) for j in range(max(0, int(ends[i]) - fresh), int(ends[i]))]
+        b_idx = torch.tensor([i for i, _ in rows], device=device, dtype=torch.long)
+        s_idx = torch.tensor([j for _, j in rows], device=device, dtype=torch.long)
+        fresh_rows = kv[:, b_idx, :, s_idx].clone()
+
+        def run(out, variant=variant, kv=kv, b_idx=b_idx, s_idx=s_idx, fresh_rows=fresh_rows,
+                fresh=fresh, splits=splits, q=q):
+            kv[:, b_idx, :, s_idx] = float("nan")
+            kv[:, b_idx, :, s_idx] = fresh_rows      # the kernel just before the decode
+            return _run_gqa(q, kv[0], kv[1], variant, out, splits, fresh_keys=fresh)
+
+        name = (f"fp16 decode_gqa, settled tiles: B{b} Hq{hq}/Hkv{hkv} Sq{sq} Sk{sk} D{d}: "
+                f"{variant.describe()}, {fresh} fresh keys, splits {splits or 'auto'}")
+        checks.append(check_variant(name, run, q, kv[0], kv[1], variant))
+        promised = run(None)
+        plain = _run_gqa(q, kv[0], kv[1], variant, None, splits)
+        checks.append(Check(f"{name}: bit for bit the decode without the promise",
+                            torch.equal(promised.view(torch.int16), plain.view(torch.int16))))
+    return checks
+
+
 def _graph_checks(gen, device) -> list[Check]:
     """A captured decode replayed while the key lengths (read on the device) change: equal,
     bit for bit, to eager calls with the same lengths, which the sweeps check for accuracy."""
@@ -411,6 +457,7 @@ def gqa_mma_group(args=None):
         checks += _mma_sweep(MMA_MERGE_KERNEL, gen, device, splits=(None, 5),
                              suffix=" [merge kernel]")
     checks += _persistent_checks(MMA_PERSISTENT, gen, device)
+    checks += _settled_checks(gen, device)
     checks += _graph_checks(gen, device)
     ext = attention_module._ext()
     strict = (ValueError, TypeError)
@@ -449,6 +496,13 @@ def gqa_mma_group(args=None):
             *inputs(), sinks=torch.zeros(7, device=device)), exc_types=strict, must_mention="shape"),
         check_raises("decode_gqa switch: ATTN_GQA_PERSISTENT_GRID=two", malformed_grid,
                      exc_types=strict, must_mention="ATTN_GQA_PERSISTENT_GRID"),
+        check_raises("decode_attention_grouped input: fresh_keys -1", lambda: decode_attention_grouped(
+            *inputs(), causal=True, fresh_keys=-1), exc_types=strict, must_mention="fresh_keys"),
+        check_raises("decode_attention_grouped input: fresh_keys 1.0", lambda: decode_attention_grouped(
+            *inputs(), causal=True, fresh_keys=1.0), exc_types=strict, must_mention="fresh_keys"),
+        check_raises("decode_gqa input: fresh_keys -2 past the Python checks", lambda: call_extension(
+            ext.decode_attention_gqa, *inputs(), True, None, 1, None, None, False, None, None, None,
+            1, None, -2), exc_types=strict, must_mention="fresh_keys"),
     ]
     return checks, {}
 

@@ -160,8 +160,10 @@ class Attention(nn.Module):
                                 qkv[:, :, heads + kv_heads:], k_cache, v_cache, step.rope.cos,
                                 step.rope.sin, step.current_pos)
             if step.decode:
+                # rope_append, the kernel just before, wrote only the new position: the
+                # attention may read the others while it runs (fresh_keys, task5/decode_gqa.cuh).
                 out = ops.decode_attention(q.view(batch, 1, heads * self.head_dim), k_cache,
-                                           v_cache, heads, step.seq_len)
+                                           v_cache, heads, step.seq_len, fresh_keys=seq)
             else:   # a prefill: the prompt, at position 0, is the cache's first `seq` rows
                 k, v = (cache[:, :seq].view(batch, seq, kv_heads, self.head_dim).transpose(1, 2)
                         for cache in (k_cache, v_cache))

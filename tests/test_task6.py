@@ -302,9 +302,11 @@ class FakeKernels:
         v_cache[:, pos:pos + v.shape[1]] = v
 
     def decode_attention(self, q, k_cache, v_cache, num_heads, seq_len, causal=False, out=None,
-                         num_splits=None):
+                         num_splits=None, fresh_keys=None):
         batch, one, hidden = q.shape
         assert one == 1 and q.stride(-1) == 1
+        # Only after rope_append, which wrote the one new position, may the model promise it.
+        assert fresh_keys is None or (fresh_keys == 1 and self.calls[-1] == "rope_append")
         n = self._position(seq_len)
         self.calls.append("decode_attention")
         # Only the first n cached positions exist (the rest is NaN).
