@@ -142,11 +142,13 @@ torch::Tensor decode_attention_grouped(torch::Tensor q, torch::Tensor k, torch::
   const attn::MaskParams mask_params = attn::make_mask_params(
       q, k, causal, window, stride, mask, key_lengths, left_padding, static_cast<float>(LOG2_E));
   c10::cuda::CUDAGuard guard(q.device());
-  // 16-byte loads only: a view that does not allow them is copied once (rare).
+  // 16-byte loads only: a view that does not allow them is copied once (rare; a clone, so that a
+  // contiguous view with a misaligned start is copied too, where contiguous() returns it as is;
+  // head dims are multiples of 8, so the copy's rows start on 16-byte boundaries).
   const bool wide = can_load_16_bytes(q, k, v);
-  const torch::Tensor qa = wide ? q : q.contiguous();
-  const torch::Tensor ka = wide ? k : k.contiguous();
-  const torch::Tensor va = wide ? v : v.contiguous();
+  const torch::Tensor qa = wide ? q : attn::with_16_byte_rows(q);
+  const torch::Tensor ka = wide ? k : attn::with_16_byte_rows(k);
+  const torch::Tensor va = wide ? v : attn::with_16_byte_rows(v);
   torch::Tensor result = out.has_value() ? *out : torch::empty(q.sizes(), q.options());
   const int splits = static_cast<int>(num_splits);
   switch (q.scalar_type()) {

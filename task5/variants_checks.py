@@ -199,6 +199,22 @@ def gqa_group(args=None):
         raises("float64", lambda: decode_attention_grouped(q.double(), k.double(), v.double()),
                "dtype"),
     ]
+
+    def off_16_bytes(t):
+        """t's values in a contiguous view that starts one element past a 16-byte boundary."""
+        view = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape)
+        return view.copy_(t)
+
+    # The CUDA-core grouped kernel (fp32; fp16 with TENSOR_CORE_DECODE off and group 1 there).
+    for dtype in (torch.float32, torch.float16):
+        aligned = _inputs(2, 8, 2 if dtype == torch.float32 else 8, 200, 64, dtype, gen, device)
+        shifted = [off_16_bytes(t) for t in aligned]
+        with _setting("TENSOR_CORE_DECODE", False):
+            same = torch.equal(decode_attention_grouped(*shifted, causal=True),
+                               decode_attention_grouped(*aligned, causal=True))
+        checks.append(Check(f"decode input: {str(dtype)[6:]} q, k, v contiguous but starting off a "
+                            "16-byte boundary (CUDA-core grouped kernel): copied, the same output "
+                            "bit for bit", same))
     return checks, {}
 
 
