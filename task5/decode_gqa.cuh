@@ -89,12 +89,13 @@
 // where the prefetch above only warms L2), from the plan worked out with the key lengths read
 // from L2; after the wait the plan is worked out again and copies from a plan that differs are
 // dropped. The output is the same bit for bit. For those copies to have time, RoPE + append lets
-// the attention start before it waits itself, and the products let the next kernel start once
-// they have waited instead of once their weights are streamed (device_inline.cuh, rope_append.cu,
-// decode_linear.cuh). In task 6's GQA step (one process, alternating rounds) the three together
-// were faster than none, most of it from the earlier starts, a little from the copies, which
-// alone, without them, bought nothing; the MHA course model's step (whose attention is
-// decode.cu's) did not move (results/logs/h100_s12_settled/, task6/NOTES.md). As graph replays
+// the attention start before it waits itself (device_inline.cuh, rope_append.cu). In task 6's
+// GQA step (one process, alternating rounds) the two together were faster than neither, the
+// copies alone, with the attention starting after RoPE's wait, bought nothing, and the MHA
+// course model's step (whose attention is decode.cu's) did not move
+// (results/logs/h100_s12_settled/, task6/NOTES.md, which also has a third change, the products
+// letting the next kernel start sooner, measured faster and left out: the parameter it took
+// slowed the bf16 products' loop). As graph replays
 // of a lone decode (its previous replay writes no key: fresh_keys 0) the copies were faster at
 // the longest contexts and level elsewhere (call1 in the same folder); the recorded benchmark
 // passes no promise. Not for a paged cache, left padding or the persistent grid.

@@ -57,17 +57,13 @@ void launch(const torch::Tensor& x, const torch::Tensor& w, const std::optional<
   // Only an overlapped launch has a kernel before it to overlap.
   const bool prefetch = kExplicitRounds<T> && attn::overlapped_launches_enabled();
   const int prefetch_blocks = prefetch ? first_wave_blocks(reinterpret_cast<const void*>(kernel)) : 0;
-  // The next kernel is let start once this one has waited (the header); read on every call so
-  // that one process can compare: ATTN_LINEAR_EARLY_RELEASE=0 lets it start only once the
-  // weights are streamed, as before.
-  const int release_after_wait = attn::switched_off("ATTN_LINEAR_EARLY_RELEASE") ? 0 : 1;
   const int64_t prefetch_bytes = prefetch ? first_round_bytes(int64_t{K} * sizeof(T), splits) : 0;
   attn::launch_overlapped(kGated ? "decode_linear_kernel (SwiGLU)" : "decode_linear_kernel",
                           kernel, dim3(blocks), dim3(kThreads), stream,
                           reinterpret_cast<const T*>(x.data_ptr()),
                           reinterpret_cast<const T*>(w.data_ptr()), b, res,
                           reinterpret_cast<T*>(out.data_ptr()), N, K, prefetch_blocks,
-                          static_cast<unsigned>(prefetch_bytes), release_after_wait);
+                          static_cast<unsigned>(prefetch_bytes));
 }
 
 // The automatic k_splits: the largest of 1, 2, 4 that still leaves each warp

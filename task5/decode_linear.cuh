@@ -36,12 +36,11 @@
 // rounds); the 16-bit types keep a plain loop unrolled by kUnroll and leave the schedule to
 // ptxas. Measured in one process, explicit rounds made task 6's fp32 step faster and its bf16
 // step slower (bf16 has twice the instructions per byte); the bf16 loop's schedule, and its
-// speed, also moved with unrelated edits, so it is left exactly as measured (task6/NOTES.md).
+// speed, also moved with unrelated edits, so it is left exactly as measured (task6/NOTES.md;
+// one more kernel parameter alone made task 6's bf16 steps slower:
+// results/logs/h100_s12_record_regressed/).
 // Launched overlapped (device_values.cuh): on Hopper the next kernel is launched once every
-// block here has waited for the kernel before, so that its blocks take SMs as this kernel's
-// last blocks leave them (RoPE + append, then the decode attention, which copies its first
-// K/V tiles meanwhile: task5/decode_gqa.cuh); launched only once every warp had streamed its
-// weights, task 6's GQA step was slower (task6/NOTES.md).
+// warp here has streamed its weights, so its blocks are resident when this one's tail ends.
 // fp32's first wave of blocks, resident while the kernel before finishes, asks L2 for its first
 // round of weights meanwhile (a bulk prefetch per row: no registers). The same prefetch in the
 // 16-bit kernels changed ptxas's schedule of their loop and cost more than it gained; issued
@@ -196,7 +195,7 @@ template <typename T, int M, bool kGated, int kSplits>
 __global__ void __launch_bounds__(kThreads)
 decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      const T* __restrict__ residual, T* __restrict__ out, int N, int K,
-                     int prefetch_blocks, unsigned prefetch_bytes, int release_after_wait) {
+                     int prefetch_blocks, unsigned prefetch_bytes) {
   constexpr int kVec = Pack<T>::kElems;
   constexpr int kOutRows = kGated ? kRowsPerWarp / 2 : kRowsPerWarp;  // output features per warp
   const int warp = threadIdx.x / 32;
@@ -237,9 +236,6 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     }
   }
   attn::wait_for_previous_kernel();  // x (and the residual) come from the kernel before
-  // The next kernel may be launched now (release_after_wait, the default) or once the weights
-  // are streamed (below): see the top of the file.
-  if (release_after_wait) attn::let_next_kernel_start();
 
   float acc[kRowsPerWarp][M];
 #pragma unroll
@@ -266,7 +262,8 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     for (; k < K; k += k_step) stream_step<T, M>(acc, w_rows, x, K, k);
   }
 
-  if (!release_after_wait) attn::let_next_kernel_start();
+  // The weights are streamed: the next kernel may now be scheduled into this one's tail.
+  attn::let_next_kernel_start();
 
   // Sum each (row, m) over the 32 lanes.
 #pragma unroll
@@ -332,7 +329,7 @@ decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 
 // An instantiation of decode_linear_kernel, as the host launches it (decode_linear.cu).
 template <typename T>
-using LinearKernel = void (*)(const T*, const T*, const T*, const T*, T*, int, int, int, unsigned, int);
+using LinearKernel = void (*)(const T*, const T*, const T*, const T*, T*, int, int, int, unsigned);
 
 // decode_linear_kernel for `rows` rows of x (1..kMaxRows) and k_splits warps along K (1, 2, or
 // 4 for any other value). Each element type's instantiations are compiled in one file,
