@@ -64,6 +64,12 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 LARGE = 10.0
 
 
+def _off_16_bytes(t):
+    """t's values in a contiguous view that starts one element past a 16-byte boundary."""
+    view = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape)
+    return view.copy_(t)
+
+
 def _inputs(batch, heads_q, heads_kv, ctx, head_dim, dtype, gen, device, scale=1.0,
             cache_layout=False):
     """q [B, H_q, 1, D], k/v [B, H_kv, ctx, D]; cache_layout: k/v are head views of a
@@ -200,15 +206,10 @@ def gqa_group(args=None):
                "dtype"),
     ]
 
-    def off_16_bytes(t):
-        """t's values in a contiguous view that starts one element past a 16-byte boundary."""
-        view = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape)
-        return view.copy_(t)
-
     # The CUDA-core grouped kernel (fp32; fp16 with TENSOR_CORE_DECODE off and group 1 there).
     for dtype in (torch.float32, torch.float16):
         aligned = _inputs(2, 8, 2 if dtype == torch.float32 else 8, 200, 64, dtype, gen, device)
-        shifted = [off_16_bytes(t) for t in aligned]
+        shifted = [_off_16_bytes(t) for t in aligned]
         with _setting("TENSOR_CORE_DECODE", False):
             same = torch.equal(decode_attention_grouped(*shifted, causal=True),
                                decode_attention_grouped(*aligned, causal=True))
@@ -489,15 +490,10 @@ def gqa_mma_group(args=None):
         with env_setting("ATTN_GQA_PERSISTENT_GRID", "two"):
             return direct(*inputs())
 
-    def off_16_bytes(t):
-        """t's values in a contiguous view that starts one element past a 16-byte boundary."""
-        view = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape)
-        return view.copy_(t)
-
     aligned = inputs()
     checks.append(Check("decode_gqa input: q, k, v contiguous but starting off a 16-byte boundary: "
                         "copied, the same output bit for bit",
-                        torch.equal(direct(*map(off_16_bytes, aligned)), direct(*aligned))))
+                        torch.equal(direct(*map(_off_16_bytes, aligned)), direct(*aligned))))
 
     checks += [
         check_raises("decode_gqa input: 17 query rows", lambda: direct(*inputs(sq=17)),
