@@ -95,10 +95,10 @@
 // course model's step (whose attention is decode.cu's) did not move
 // (results/logs/h100_s12_settled/, task6/NOTES.md, which also has a third change, the products
 // letting the next kernel start sooner, measured faster and left out: the parameter it took
-// slowed the bf16 products' loop). As graph replays
-// of a lone decode (its previous replay writes no key: fresh_keys 0) the copies were faster at
-// the longest contexts and level elsewhere (call1 in the same folder); the recorded benchmark
-// passes no promise. Not for a paged cache, left padding or the persistent grid.
+// slowed the bf16 products' loop). As graph replays of a lone decode (its previous replay
+// writes no key: fresh_keys 0) the copies were faster at the longest contexts and level
+// elsewhere (call1 in the same folder); the recorded benchmark passes no promise. Not for a
+// paged cache, left padding or the persistent grid.
 // The block's geometry (which row tile, split and (sequence, KV head) it is: three divisions)
 // and, where no key lengths are read, its plan of keys are computed before the wait too, as
 // they read only blockIdx and parameters: against computing them after the wait this was
