@@ -48,7 +48,7 @@ from common.checks import Check, check_raises
 from common.graphs import capture_graph, graph_per_call_timer
 from common.harness import env_setting, gpu_group
 from common.timing import interleaved_medians, measure_copy_bandwidth
-from common.variants import Variant, check_variant, reference_attention_variant
+from common.variants import Variant, check_variant, key_range, reference_attention_variant
 from task5 import attention as attention_module
 from task5.attention import attention, decode_attention_grouped
 from task5.manifest import (
@@ -304,8 +304,6 @@ def _poison_unread(k, v, variant: Variant, seq_q: int):
     """Copies of k and v with NaN in every key no query of its sequence may see: outside the
     sequence's keys, and before the window of its first query. A kernel that reads one (and
     multiplies it by a zero weight) outputs NaN."""
-    from common.variants import key_range
-
     batch, _, seq_k, _ = k.shape
     begin, end = key_range(batch, seq_k, variant.key_lengths, variant.left_padding, k.device)
     cols = torch.arange(seq_k, device=k.device).view(1, seq_k)
@@ -412,8 +410,7 @@ def _settled_checks(gen, device) -> list[Check]:
         # K and V in one buffer, so that one kernel writes both's fresh rows.
         kv = torch.randn(2, b, hkv, sk, d, device=device, generator=gen).to(torch.float16)
         variant = _mma_variant(pattern, "", b, hq, sq, sk, torch.float16, gen, device)
-        ends = (variant.key_lengths.long() if variant.key_lengths is not None and not variant.left_padding
-                else torch.full((b,), sk, device=device, dtype=torch.long))
+        _, ends = key_range(b, sk, variant.key_lengths, variant.left_padding, device)
         rows = [(i, j) for i in range(b) for j in range(max(0, int(ends[i]) - fresh), int(ends[i]))]
         b_idx = torch.tensor([i for i, _ in rows], device=device, dtype=torch.long)
         s_idx = torch.tensor([j for _, j in rows], device=device, dtype=torch.long)
