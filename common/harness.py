@@ -71,13 +71,15 @@ def _no_gpu_reason() -> str:
 
 
 def gpu_group(group: str, args) -> tuple[torch.device | None, torch.Generator | None, list[Check]]:
-    """The start of a group of GPU checks: (the CUDA device, a fresh generator (--seed
-    reproduces), []), or (None, None, [one failing check]) when the run is on a CPU, so that
-    the group reports instead of raising."""
+    """The start of a group of GPU checks: (the CUDA device, a fresh generator (its seed
+    printed; --seed reproduces), []), or (None, None, [one failing check]) when the run is
+    on a CPU, so that the group reports instead of raising."""
     device = pick_device(getattr(args, "device", None))
     if device.type != "cuda":
         return None, None, [Check(group, False, "needs a CUDA GPU; none is in use here")]
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
+    gen, seed = fresh_generator(getattr(args, "seed", None), device)
+    # Printed so that a check that fails on one draw can be replayed with that draw.
+    print(f"[{group}] inputs seed {seed} (pass --{group} --seed {seed} to reproduce)")
     return device, gen, []
 
 

@@ -488,6 +488,16 @@ def backward_bench_group(args=None):
 
 # --- fp16/bf16: the tensor-core backward (task4/flash_backward_mma.cu) ------------------------
 
+# The 7-row case runs 8 x 16 heads, not 2 x 4. The criterion compares two maxima, and over only
+# 2 x 4 x 7 rows they swing: in 1000 fresh fp16 draws 2 missed it on dq, and SDPA's
+# FlashAttention-2 and cuDNN backwards missed it on the same two draws with the same error
+# (2.0e-3 against a bound of 1.7e-3; the difference D = rowsum(dO * O) with O rounded, which
+# every FlashAttention-2 backward has); one bf16 draw missed on dk in a run_all. At 8 x 16 heads
+# none of the three missed in 1000 draws of each dtype (worst 0.81 and 0.83 of the bound):
+# results/logs/h100_s13_backward_flake/.
+SEQ7_HEADS = (8, 16, 16)   # batch, query heads, KV heads
+
+
 def _half_cases(dtype: torch.dtype) -> list[Case]:
     """Every case of the fp16/bf16 group for one dtype (the group runs both): odd lengths, head
     dims 8..128 (64 and 128 instantiated, the others padded), S_q != S_k both ways, GQA ratios 1
@@ -497,7 +507,7 @@ def _half_cases(dtype: torch.dtype) -> list[Case]:
         return Case(*args, dtype=dtype, **kwargs)
 
     return [
-        case(1, 1, 1, 1, 1, 64), case(2, 4, 4, 7, 7, 64, True), case(2, 4, 4, 77, 77, 128),
+        case(1, 1, 1, 1, 1, 64), case(*SEQ7_HEADS, 7, 7, 64, True), case(2, 4, 4, 77, 77, 128),
         case(1, 3, 3, 130, 130, 128, True), case(1, 2, 2, 1000, 1000, 64, True),
         case(1, 2, 2, 1000, 1000, 128),
         *(case(2, 2, 2, 77, 77, d, True) for d in (8, 16, 40, 72, 96, 120)),
@@ -519,7 +529,7 @@ def _half_cases(dtype: torch.dtype) -> list[Case]:
     ]
 
 
-HALF_SMALL_CASES = [Case(2, 4, 4, 7, 7, 64, True, dtype=torch.float16),
+HALF_SMALL_CASES = [Case(*SEQ7_HEADS, 7, 7, 64, True, dtype=torch.float16),
                     Case(2, 4, 2, 13, 29, 128, True, "window8", dtype=torch.bfloat16),
                     Case(2, 4, 2, 29, 13, 64, True, "lengths", dtype=torch.float16),
                     Case(1, 4, 1, 33, 33, 128, True, "softcap", dtype=torch.bfloat16)]
