@@ -41,6 +41,9 @@
 // results/logs/h100_s12_record_regressed/).
 // Launched overlapped (device_values.cuh): on Hopper the next kernel is launched once every
 // warp here has streamed its weights, so its blocks are resident when this one's tail ends.
+// Letting it start as soon as this kernel's wait returns instead (instantiations of their own,
+// whose loops ptxas scheduled anew) measured slower in each of task 6's steps
+// (results/logs/h100_s13_linear_early/).
 // fp32's first wave of blocks, resident while the kernel before finishes, asks L2 for its first
 // round of weights meanwhile (a bulk prefetch per row: no registers). The same prefetch in the
 // 16-bit kernels changed ptxas's schedule of their loop and cost more than it gained; issued
