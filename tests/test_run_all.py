@@ -75,6 +75,22 @@ def test_a_missed_target_is_counted_but_fails_no_step(tmp_path):
     assert lines[-1] == "  1/2 steps ok in 15.0 s; 1 failed"
 
 
+def test_a_failed_step_names_its_failed_checks_not_only_its_misses(tmp_path):
+    report = tmp_path / "task4.json"
+    report.write_text(json.dumps({"exit_code": 1, "checks": [
+        {"name": "a", "passed": True, "target": False},
+        {"name": "backward B2 bf16", "passed": False, "target": False},
+        {"name": "speed", "passed": False, "target": True}]}))
+    assert run_all.failed_checks(report) == ["backward B2 bf16"]
+    assert run_all.failed_checks(tmp_path / "absent.json") == []
+    lines = run_all.summary_lines([("task4.test", 1, 12.0, 1), ("task5.test", 0, 3.0, 0)], [], 15.0,
+                                  failures={"task4.test": run_all.failed_checks(report)})
+    assert lines[0].startswith("  FAIL  task4.test")
+    assert "1 check failed; 1 target missed (MISS)" in lines[0]
+    assert lines[1] == "          failed: backward B2 bf16"
+    assert lines[2].startswith("  ok    task5.test")
+
+
 def test_report_exits_0_on_a_missed_target_and_1_on_a_failed_check(capsys):
     from common.checks import Check, report
 

@@ -148,19 +148,42 @@ def missed_targets(report: Path | None) -> int:
     return sum(1 for c in checks if c.get("target") and not c.get("passed"))
 
 
+def failed_checks(report: Path | None) -> list[str]:
+    """The names of the checks (not performance targets) that a task test's --json report says
+    failed ([] if none or no report)."""
+    if report is None or not report.exists():
+        return []
+    try:
+        checks = json.loads(report.read_text()).get("checks", [])
+    except (OSError, ValueError):
+        return []
+    return [str(c.get("name")) for c in checks if not c.get("target") and not c.get("passed")]
+
+
 def summary_lines(summary: list[tuple[str, int, float, int]],
                   skipped: list[tuple[str, str]], total_seconds: float,
-                  beside_build: frozenset[str] = frozenset()) -> list[str]:
-    """One line per step (its time, targets missed; the steps that ran beside the build say so:
-    their time overlapped the build's, within the job's wall time), the skipped steps, then the
-    count and the job's wall time."""
+                  beside_build: frozenset[str] = frozenset(),
+                  failures: dict[str, list[str]] | None = None) -> list[str]:
+    """One line per step (its time, checks failed, targets missed; the steps that ran beside
+    the build say so: their time overlapped the build's, within the job's wall time), under a
+    failed step the names of its failed checks (`failures`, by step: a missed target never
+    fails a step, so a FAIL line must say what did), the skipped steps, then the count and the
+    job's wall time."""
     lines = []
+    failures = failures or {}
     for name, code, seconds, missed in summary:
-        note = f"   {missed} target{'s' if missed != 1 else ''} missed (MISS)" \
-            if missed else ""
+        failed = failures.get(name, []) if code != 0 else []
+        notes = [f"{len(failed)} check{'s' if len(failed) != 1 else ''} failed"] if failed else []
+        if missed:
+            notes.append(f"{missed} target{'s' if missed != 1 else ''} missed (MISS)")
+        note = f"   {'; '.join(notes)}" if notes else ""
         if name in beside_build:
             note += "   (beside the build)"
         lines.append(f"  {'ok  ' if code == 0 else 'FAIL'}  {name:<28} {seconds:7.1f} s{note}")
+        shown = 5
+        lines += [f"          failed: {check}" for check in failed[:shown]]
+        if len(failed) > shown:
+            lines.append(f"          ... and {len(failed) - shown} more (the step's output above)")
     for name, why in skipped:
         lines.append(f"  skip  {name:<28} {why}")
     failed = sum(1 for _, code, _, _ in summary if code != 0)
@@ -233,7 +256,8 @@ def main(argv=None) -> int:
     summary = [(step.name, *results[step.name], missed_targets(step.report)) for step in plan]
     total = time.perf_counter() - start
 
-    lines = summary_lines(summary, skipped, total, frozenset(step.name for step in beside))
+    lines = summary_lines(summary, skipped, total, frozenset(step.name for step in beside),
+                          {step.name: failed_checks(step.report) for step in plan})
     print("\n######## summary ########")
     print("\n".join(lines), flush=True)
     # Only the main job itself (every task, no extras) sets the figures it is judged by.
