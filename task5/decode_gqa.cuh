@@ -139,6 +139,11 @@
 // flags were much slower, and a merge with no trip through global memory (a cluster of 16
 // blocks per KV head, merging in distributed shared memory) leaves 64 blocks to stream, whose
 // loads alone, before any merge or math, take nearly all the time that target allows.
+// ncu says the same of one such decode launched alone: its SMs hold a block for only about two
+// thirds of its cycles, the rest being the ramp and the split tail
+// (results/logs/h100_s13_record2/). GqaD128Compact, whose block would fit on an SM beside
+// the decode products' blocks in task 6's step, measured slower alone at every shape and in
+// that step (results/logs/h100_s13_gqa_compact/).
 //
 // A persistent grid for large batches. Unsplit work of more blocks than are resident at once
 // (batch 16 and more at 8 KV heads) used to run as several waves of one-item blocks, each
