@@ -36,7 +36,8 @@ TILE_CASES = [(77, 16, 32), (77, 32, 16), (1, 64, 64), (100, 128, 128), (129, 64
 
 def tiles_group(args=None):
     device = pick_device(getattr(args, "device", None))
-    gen, _ = fresh_generator(getattr(args, "seed", None), device)
+    gen, seed = fresh_generator(getattr(args, "seed", None), device)
+    print(f"[task3] tiles: inputs seed {seed} (pass --tiles --seed {seed} to reproduce)")
     checks = []
     for seq, br, bc in TILE_CASES:
         q, k, v = random_qkv(2, 3, seq, 16, device=device, generator=gen)
