@@ -489,12 +489,10 @@ def backward_bench_group(args=None):
 # --- fp16/bf16: the tensor-core backward (task4/flash_backward_mma.cu) ------------------------
 
 # The 7-row case runs 8 x 16 heads, not 2 x 4. The criterion compares two maxima, and over only
-# 2 x 4 x 7 rows they swing: in 1000 fresh fp16 draws 2 missed it on dq, and SDPA's
-# FlashAttention-2 and cuDNN backwards missed it on the same two draws with the same error
-# (2.0e-3 against a bound of 1.7e-3; the difference D = rowsum(dO * O) with O rounded, which
-# every FlashAttention-2 backward has); one bf16 draw missed on dk in a run_all. At 8 x 16 heads
-# none of the three missed in 1000 draws of each dtype (worst 0.81 and 0.83 of the bound):
-# results/logs/h100_s13_backward_flake/.
+# 2 x 4 x 7 rows they swing: SDPA's FlashAttention-2 and cuDNN backwards missed it on the same
+# fresh draws as ours, with the same error (the difference D = rowsum(dO * O) with O rounded,
+# which every FlashAttention-2 backward has); at 8 x 16 heads none of the three missed in any
+# draw measured, in either dtype (results/logs/h100_s13_backward_flake/).
 SEQ7_HEADS = (8, 16, 16)   # batch, query heads, KV heads
 
 
