@@ -136,28 +136,27 @@ def run_step(step: Step, capture: bool = False) -> tuple[int, float, str]:
     return subprocess.call(command, cwd=REPO_ROOT), time.perf_counter() - start, ""
 
 
+def _report_checks(report: Path | None) -> list[dict]:
+    """The checks of a task test's --json report ([] if there is none or it cannot be read)."""
+    if report is None or not report.exists():
+        return []
+    try:
+        return json.loads(report.read_text()).get("checks", [])
+    except (OSError, ValueError):
+        return []
+
+
 def missed_targets(report: Path | None) -> int:
     """How many performance targets a task test's --json report says were missed (0 if none
     or no report)."""
-    if report is None or not report.exists():
-        return 0
-    try:
-        checks = json.loads(report.read_text()).get("checks", [])
-    except (OSError, ValueError):
-        return 0
-    return sum(1 for c in checks if c.get("target") and not c.get("passed"))
+    return sum(1 for c in _report_checks(report) if c.get("target") and not c.get("passed"))
 
 
 def failed_checks(report: Path | None) -> list[str]:
     """The names of the checks (not performance targets) that a task test's --json report says
     failed ([] if none or no report)."""
-    if report is None or not report.exists():
-        return []
-    try:
-        checks = json.loads(report.read_text()).get("checks", [])
-    except (OSError, ValueError):
-        return []
-    return [str(c.get("name")) for c in checks if not c.get("target") and not c.get("passed")]
+    return [str(c.get("name")) for c in _report_checks(report)
+            if not c.get("target") and not c.get("passed")]
 
 
 def summary_lines(summary: list[tuple[str, int, float, int]],
