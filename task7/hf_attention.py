@@ -60,9 +60,11 @@ Every fallback is counted with its reason: `fallback_counts()`, `reset_counters(
 A structured plan is found by reading the mask once: the range of keys each sequence ever sees
 and its widest row give the only candidates (causal or not, left-padded or prefix key range,
 no window or the widest row as the window); the candidate whose keep-mask equals the given
-mask exactly is used, else the mask itself goes to the kernel. The verdict needs one host read
-(a sync); transformers passes the same mask object to every layer of a forward pass (two for
-a hybrid sliding/full model), so verdicts are cached per mask object.
+mask exactly is used, else the mask itself goes to the kernel. A decode step's mask (one query
+row) is asked less: whether each row is one run of kept keys ending at the last key or starting
+at the first. The verdict needs one host read (a sync; two for a decode mask with no single key
+range); transformers passes the same mask object to every layer of a forward pass (two for a
+hybrid sliding/full model), so verdicts are cached per mask object.
 CPU tensors follow the same plan; `task5.attention.attention` runs its PyTorch twin there.
 """
 
@@ -185,35 +187,44 @@ def _keep_candidates(batch: int, seq_q: int, seq_k: int, begin: torch.Tensor, en
         yield False, left_padding, False, in_range.expand(b, 1, seq_q, seq_k)
 
 
-def _plan_decode(keep, seen, begin, end, batch: int, seq_k: int) -> Plan:
-    """One query row per sequence (a decode step), bool mask: fewer device ops than the
-    general candidates. The row is structured iff its visible keys are one contiguous range
-    ending at the last key (left padding; causal and any window only shorten the range) or
-    starting at key 0 (a static cache's filled prefix), the same for every head."""
-    count = seen.sum(dim=-1)
-    contiguous = (count == end - begin) | (count == 0)
-    same_heads = ((keep == keep[:, :1]).all() if keep.shape[1] > 1
-                  else torch.ones((), dtype=torch.bool, device=keep.device))
-    flags = torch.stack([same_heads, (contiguous & ((end == seq_k) | (count == 0))).all(),
-                         (contiguous & (begin == 0)).all(), (begin == 0).all(),
-                         (end == seq_k).all()]).tolist()      # the one host read
-    heads_ok, left_ok, right_ok, all_begin0, all_end_sk = flags
-    if heads_ok and (left_ok or right_ok):
-        if left_ok:
-            lengths = None if all_begin0 else (seq_k - begin)
-        else:
-            lengths = None if all_end_sk else end
-        kl = None if lengths is None else lengths.to(torch.int32).expand(batch).contiguous()
+def _plan_decode(keep: torch.Tensor, batch: int, seq_k: int) -> Plan:
+    """One query row per sequence (a decode step), bool mask [b, h, 1, Sk]. The row is
+    structured iff its visible keys are one contiguous range ending at the last key (left
+    padding; causal and any window only shorten the range) or starting at key 0 (a static
+    cache's filled prefix), the same for every head. A range ending at the last key is a row
+    that never goes from True to False (non-decreasing; an empty row is one too), one starting
+    at key 0 a row that never goes from False to True and keeps key 0; either way its length is
+    its count of True. This runs once per decode step, so it asks the GPU as little as it can:
+    about ten small ops and one host read (two where there is no single key range)."""
+    row = keep[:, :1, 0, :]                           # [b, 1, Sk]: the first head's row
+    earlier, later = row[..., :-1], row[..., 1:]
+    checks = [(earlier <= later).all(), (earlier >= later).all(),
+              row[..., 0].all(), row[..., -1].all()]
+    if keep.shape[1] > 1:
+        checks.append((keep == keep[:, :1]).all())
+    flags = torch.stack(checks).tolist()              # the one host read
+    left_ok, prefix_rows, first_kept, last_kept = flags[:4]
+    right_ok = prefix_rows and first_kept             # a prefix in every row, none empty
+    if all(flags[4:]) and (left_ok or right_ok):
+        every_key = first_kept if left_ok else last_kept
+        kl = (None if every_key
+              else row.sum(dim=-1).reshape(-1).to(torch.int32).expand(batch).contiguous())
         return Plan("structured", causal=True, key_lengths=kl,
                     left_padding=bool(left_ok) and kl is not None,
                     reason="decode mask is one key range")
-    lengths = None if all_begin0 else (seq_k - begin).to(torch.int32).expand(batch).contiguous()
+    # No single key range (or heads that differ): the mask itself, and the first key any head
+    # sees as a left-padded key range, so that the kernel skips the tiles before it.
+    seen = keep.any(dim=2).any(dim=1)                 # [b, Sk]
+    begin = torch.where(seen.any(dim=-1), seen.to(torch.uint8).argmax(dim=-1), seq_k)
+    lengths = (None if bool((begin == 0).all())
+               else (seq_k - begin).to(torch.int32).expand(batch).contiguous())
     return Plan("mask", causal=True, mask=keep, key_lengths=lengths,
                 left_padding=lengths is not None, reason="keep/drop mask with no structured pattern")
 
 
 def plan_from_mask(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> Plan:
-    """What a given mask allows (one host read). mask: bool or float, broadcastable to
+    """What a given mask allows (one host read; two for a decode mask with no single key
+    range). mask: bool or float, broadcastable to
     [B, H_q, Sq, Sk] after its last dimension is cut to Sk (older transformers pass longer)."""
     batch, heads, seq_q = query.shape[:3]
     seq_k = key.shape[2]
@@ -234,13 +245,13 @@ def plan_from_mask(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -
     else:
         return Plan("fallback", reason=f"mask dtype {str(mask.dtype).replace('torch.', '')}")
 
+    if seq_q == 1 and keep_drop is None:
+        return _plan_decode(keep, batch, seq_k)
     b = keep.shape[0]
     seen = keep.any(dim=2).any(dim=1)                 # [b, Sk]: keys some row of b sees
     any_seen = seen.any(dim=-1)
     begin = torch.where(any_seen, seen.to(torch.uint8).argmax(dim=-1), seq_k)
     end = torch.where(any_seen, seq_k - seen.flip(-1).to(torch.uint8).argmax(dim=-1), 0)
-    if seq_q == 1 and keep_drop is None:
-        return _plan_decode(keep, seen, begin, end, batch, seq_k)
     width = keep.sum(dim=-1).amax()
     candidates = list(_keep_candidates(b, seq_q, seq_k, begin, end, width))
     flags = [(cand == keep).all() for *_, cand in candidates]
