@@ -224,8 +224,8 @@ def _plan_decode(keep: torch.Tensor, batch: int, seq_k: int) -> Plan:
 
 def plan_from_mask(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -> Plan:
     """What a given mask allows (one host read; two for a decode mask with no single key
-    range). mask: bool or float, broadcastable to
-    [B, H_q, Sq, Sk] after its last dimension is cut to Sk (older transformers pass longer)."""
+    range). mask: bool or float, broadcastable to [B, H_q, Sq, Sk] after its last dimension is
+    cut to Sk (older transformers pass longer)."""
     batch, heads, seq_q = query.shape[:3]
     seq_k = key.shape[2]
     if mask.shape[-1] < seq_k:
