@@ -56,6 +56,9 @@ bool prepare_kernel(int device) {
     attn::allow_dynamic_smem(reinterpret_cast<const void*>(gqa_kernel<Element, GqaWalk<Cfg>, KvLayout>()),
                              Cfg::kSmemBytes, device);
   }
+  if constexpr (std::is_same_v<KvLayout, ContiguousKv> && !Cfg::kMaskVote && kCanVote<Cfg>) {
+    prepare_kernel<Element, GqaMaskVote<Cfg>, KvLayout>(device);  // and the mask vote's
+  }
   return true;
 }
 
@@ -226,67 +229,85 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
     p.lse = lse.data_ptr<float>();
   }
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  with_config(head_dim, device, [&](auto* cfg_tag) {
-    using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
+  // A bool mask whose row every row of a tile shares (broadcast over heads, and one query per
+  // sequence or broadcast over queries: transformers' padding mask) runs the mask-vote kernels
+  // (GqaMaskVote; contiguous cache, head dims up to 128). ATTN_GQA_MASK_VOTE=0 (read on every call, so that one
+  // process can compare) keeps it on the elementwise predicate everywhere.
+  const bool mask_vote = std::is_same_v<KvLayout, ContiguousKv> && mask.mask != nullptr &&
+                         mask.mask_kind == attn::kBoolMask && mask.mask_stride_h == 0 &&
+                         (seq_q == 1 || mask.mask_stride_q == 0) &&
+                         !attn::switched_off("ATTN_GQA_MASK_VOTE");
+  with_config(head_dim, device, [&](auto* base_tag) {
+    using BaseCfg = std::remove_pointer_t<decltype(base_tag)>;
     with_element(q.scalar_type(), [&](auto* element_tag) {
       using Element = std::remove_pointer_t<decltype(element_tag)>;
-      // The keys a split may read: the cache's capacity or the window, over the splits.
-      const int64_t keys = mask.window > 0 ? std::min<int64_t>(mask.seq_k, int64_t{mask.window} + seq_q)
-                                           : mask.seq_k;
-      p.merge_blocks = merge_blocks<Element, Cfg, KvLayout>(device, blocks, std::min<int64_t>(rows, kRowsPerTile),
-                                                           num_splits, (keys + num_splits - 1) / num_splits);
-      p.counters = num_splits > 1 ? split_counters(stream, (p.merge_blocks > 1 ? 2 : 1) * batch * heads_kv * row_tiles)
-                                  : nullptr;
-      // Tiles per warp asked of L2 before the wait: one at head dim 128 (the header says why;
-      // measured with GqaD128 on the H100, and kept for the compact configuration), else as
-      // many as the ring keeps in flight; ATTN_GQA_PREFETCH_TILES (read on every call, so that
-      // one process can compare) sets the count.
-      const int prefetch_tiles = Cfg::kHeadDim == 128 ? 1 : Cfg::kStages - 1;
-      p.prefetch = prefetch ? attn::env_int("ATTN_GQA_PREFETCH_TILES", prefetch_tiles, 0, Cfg::kStages - 1,
-                                            "a count of key tiles per warp to prefetch")
-                            : 0;
-      // Unsplit work of more blocks than are resident at once runs on a persistent grid of one
-      // wave (GqaParams::items; the header says why). Read on every call so that one process can
-      // compare: ATTN_GQA_PERSISTENT=0 launches a block per item instead; ATTN_GQA_PERSISTENT_GRID=N
-      // (tests, compute-sanitizer) a persistent grid of N blocks wherever there are more items.
-      int64_t grid = blocks;
-      p.items = 0;
-      GqaKernel<KvLayout> kernel = gqa_kernel<Element, Cfg, KvLayout>();
-      if constexpr (kCanWalk<Cfg>) {
-        if (num_splits == 1 && attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
-          using Walk = GqaWalk<Cfg>;
-          const int forced_grid = attn::env_int("ATTN_GQA_PERSISTENT_GRID", 0, 0, 1 << 20,
-                                                "a block count for the persistent grid (0: a full wave)");
-          const int64_t wave = forced_grid > 0 ? forced_grid : resident_blocks<Element, Walk, KvLayout>(device);
-          if (blocks > wave) {
-            p.items = blocks;
-            grid = wave;
-            kernel = gqa_kernel<Element, Walk, KvLayout>();
+      const auto launch_with = [&](auto* cfg_tag) {
+        using Cfg = std::remove_pointer_t<decltype(cfg_tag)>;
+        // The keys a split may read: the cache's capacity or the window, over the splits.
+        const int64_t keys = mask.window > 0 ? std::min<int64_t>(mask.seq_k, int64_t{mask.window} + seq_q)
+                                             : mask.seq_k;
+        p.merge_blocks = merge_blocks<Element, Cfg, KvLayout>(device, blocks, std::min<int64_t>(rows, kRowsPerTile),
+                                                             num_splits, (keys + num_splits - 1) / num_splits);
+        p.counters = num_splits > 1 ? split_counters(stream, (p.merge_blocks > 1 ? 2 : 1) * batch * heads_kv * row_tiles)
+                                    : nullptr;
+        // Tiles per warp asked of L2 before the wait: one at head dim 128 (the header says why;
+        // measured with GqaD128 on the H100, and kept for the compact configuration), else as
+        // many as the ring keeps in flight; ATTN_GQA_PREFETCH_TILES (read on every call, so that
+        // one process can compare) sets the count.
+        const int prefetch_tiles = Cfg::kHeadDim == 128 ? 1 : Cfg::kStages - 1;
+        p.prefetch = prefetch ? attn::env_int("ATTN_GQA_PREFETCH_TILES", prefetch_tiles, 0, Cfg::kStages - 1,
+                                              "a count of key tiles per warp to prefetch")
+                              : 0;
+        // Unsplit work of more blocks than are resident at once runs on a persistent grid of one
+        // wave (GqaParams::items; the header says why). Read on every call so that one process can
+        // compare: ATTN_GQA_PERSISTENT=0 launches a block per item instead; ATTN_GQA_PERSISTENT_GRID=N
+        // (tests, compute-sanitizer) a persistent grid of N blocks wherever there are more items.
+        int64_t grid = blocks;
+        p.items = 0;
+        GqaKernel<KvLayout> kernel = gqa_kernel<Element, Cfg, KvLayout>();
+        if constexpr (kCanWalk<Cfg>) {
+          if (num_splits == 1 && attn::env_choice("ATTN_GQA_PERSISTENT", {"1", "0"}, 0) == 0) {
+            using Walk = GqaWalk<Cfg>;
+            const int forced_grid = attn::env_int("ATTN_GQA_PERSISTENT_GRID", 0, 0, 1 << 20,
+                                                  "a block count for the persistent grid (0: a full wave)");
+            const int64_t wave = forced_grid > 0 ? forced_grid : resident_blocks<Element, Walk, KvLayout>(device);
+            if (blocks > wave) {
+              p.items = blocks;
+              grid = wave;
+              kernel = gqa_kernel<Element, Walk, KvLayout>();
+            }
           }
         }
-      }
-      // Settled tiles (the header): where the caller says which keys may be fresh, a contiguous
-      // cache decoded one item per block, keys not left-padded. They replace the L2 prefetch.
-      // ATTN_GQA_SETTLED=0 (read on every call, so that one process can compare) ignores
-      // fresh_keys.
-      p.fresh_keys = -1;
-      if constexpr (std::is_same_v<KvLayout, ContiguousKv>) {
-        if (fresh_keys >= 0 && overlap && attn::overlapped_launches_enabled() && p.items == 0 &&
-            !mask.left_padding &&
-            !attn::switched_off("ATTN_GQA_SETTLED")) {
-          p.fresh_keys = fresh_keys;
-          p.prefetch = 0;
+        // Settled tiles (the header): where the caller says which keys may be fresh, a contiguous
+        // cache decoded one item per block, keys not left-padded. They replace the L2 prefetch.
+        // ATTN_GQA_SETTLED=0 (read on every call, so that one process can compare) ignores
+        // fresh_keys.
+        p.fresh_keys = -1;
+        if constexpr (std::is_same_v<KvLayout, ContiguousKv>) {
+          if (fresh_keys >= 0 && overlap && attn::overlapped_launches_enabled() && p.items == 0 &&
+              !mask.left_padding &&
+              !attn::switched_off("ATTN_GQA_SETTLED")) {
+            p.fresh_keys = fresh_keys;
+            p.prefetch = 0;
+          }
+        }
+        attn::launch_maybe_overlapped("decode_gqa_kernel", kernel, dim3(static_cast<unsigned>(grid)),
+                                      dim3(Cfg::kThreads), Cfg::kSmemBytes, overlap, stream, p,
+                                      kv_layout);
+        if (num_splits > 1 && p.counters == nullptr) {
+          MergeParams<Element, float> merge{p.partial, p.lse, static_cast<Element*>(p.out),
+                                            p.o_stride_b, p.o_stride_h, static_cast<int>(heads_q),
+                                            p.group, p.num_splits, p.head_dim, p.seq_q, p.o_stride_s};
+          merge_lse_splits<Element>(merge, batch * heads_kv * rows, stream);
+        }
+      };
+      if constexpr (std::is_same_v<KvLayout, ContiguousKv> && kCanVote<BaseCfg>) {
+        if (mask_vote) {
+          launch_with(static_cast<GqaMaskVote<BaseCfg>*>(nullptr));
+          return;
         }
       }
-      attn::launch_maybe_overlapped("decode_gqa_kernel", kernel, dim3(static_cast<unsigned>(grid)),
-                                    dim3(Cfg::kThreads), Cfg::kSmemBytes, overlap, stream, p,
-                                    kv_layout);
-      if (num_splits > 1 && p.counters == nullptr) {
-        MergeParams<Element, float> merge{p.partial, p.lse, static_cast<Element*>(p.out),
-                                          p.o_stride_b, p.o_stride_h, static_cast<int>(heads_q),
-                                          p.group, p.num_splits, p.head_dim, p.seq_q, p.o_stride_s};
-        merge_lse_splits<Element>(merge, batch * heads_kv * rows, stream);
-      }
+      launch_with(static_cast<BaseCfg*>(nullptr));
     });
   });
   return result;

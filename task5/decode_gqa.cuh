@@ -27,6 +27,16 @@
 // folded into the exponent (scale_log2), a mask tensor (bool or additive) is read where it
 // is, and a sink (sink_term) joins each row's denominator in split 0 only, so the merge
 // counts it exactly once. A row with no visible key (an empty sequence) outputs zeros.
+// The mask vote (GqaMaskVote). A mask tensor hides keys anywhere, so every tile of a masked
+// decode ran the elementwise predicate, whose chain of dependent instructions per score the
+// warps could not hide: ncu found the mask route's warps waiting on fixed-latency dependencies
+// and the decode well behind the key-range variants at serving shapes. For a bool mask that
+// every row of a tile shares (broadcast over heads, and one query per sequence or broadcast
+// over queries: transformers' padding mask), a tile that only the mask may hide asks the mask
+// first, a byte per lane and a warp vote, and skips the predicate where every key is kept; the
+// output is the predicate's bit for bit. Its own instantiations (contiguous cache, head dims up
+// to 128), so the other decodes keep their kernels (cuobjdump: unchanged); measured against the
+// predicate and the structured route in results/logs/h100_s14_mask_route/.
 //
 // Tile shape and why. A block is kWarps warps (8 at head dim 128 where a block may have ~196 KB
 // of shared memory, as on an H100; else 4) for the 16 query rows of one row tile of one
@@ -238,7 +248,8 @@ constexpr int kMaxQueryRows = 16;    // S_q per sequence (speculative decoding's
 // persistent grid's instantiation of it (GqaWalk below), compiled apart so that the split and
 // one-wave decodes run a kernel without the walk's code (ptxas schedules the whole kernel anew
 // for any code added to it: results/logs/h100_s10_preload/).
-template <int kHeadDim_, int kTileKeys_, int kStages_, int kWarps_ = 4, bool kWalk_ = false>
+template <int kHeadDim_, int kTileKeys_, int kStages_, int kWarps_ = 4, bool kWalk_ = false,
+          bool kMaskVote_ = false>
 struct GqaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kTileKeys = kTileKeys_;
@@ -253,6 +264,8 @@ struct GqaConfig {
   static constexpr int kQBytes = kRowsPerTile * Smem::kRowBytes;
   // Whether this is the persistent grid's kernel (GqaParams::items): blocks that walk items.
   static constexpr bool kPersistent = kWalk_;
+  // Whether a tile whose keys only a bool mask tensor may hide asks the mask first (GqaMaskVote).
+  static constexpr bool kMaskVote = kMaskVote_;
   // A warp's O, staged for the merge of the warps in its own ring (floats per row). Padding each
   // row by 8 floats puts the 8 rows a warp's quads write at once in different banks; the walk
   // swizzles the columns instead (scratch_column), so that O fills exactly one stage (head dims
@@ -287,7 +300,17 @@ struct GqaConfig {
 
 // The persistent grid's kernel of a configuration, and which configurations have one.
 template <typename Cfg>
-using GqaWalk = GqaConfig<Cfg::kHeadDim, Cfg::kTileKeys, Cfg::kStages, Cfg::kWarps, true>;
+using GqaWalk = GqaConfig<Cfg::kHeadDim, Cfg::kTileKeys, Cfg::kStages, Cfg::kWarps, true, Cfg::kMaskVote>;
+// A configuration's kernel for a bool mask tensor whose row every row of a tile shares (one
+// query per sequence, or a mask broadcast over queries, and broadcast over heads: transformers'
+// padding mask): a key tile that only the mask may hide asks the mask's kT bytes for its keys
+// (a byte per lane and a warp vote) and skips the elementwise predicate when every one is kept.
+// Compiled apart, as the walk is, so that the other decodes keep a kernel without its code.
+// Not at head dim 256, whose kernel is at the register limit already (ptxas spilled the vote's).
+template <typename Cfg>
+using GqaMaskVote = GqaConfig<Cfg::kHeadDim, Cfg::kTileKeys, Cfg::kStages, Cfg::kWarps, Cfg::kPersistent, true>;
+template <typename Cfg>
+constexpr bool kCanVote = Cfg::kHeadDim <= 128;
 template <typename Cfg>
 constexpr bool kCanWalk = Cfg::kHeadDim <= 128;
 
@@ -1052,6 +1075,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[j][e] = 0.f;
     const float scale_log2 = p.scale_log2;
+    // GqaMaskVote: the keys where nothing but the mask tensor may hide a key from a row of this
+    // tile (the key range, causal, the window), and the mask's row, the same for every row.
+    int2 vote_keys = make_int2(0, 0);
+    const unsigned char* vote_row = nullptr;
+    if constexpr (Cfg::kMaskVote) {
+      attn::MaskParams without_tensor = p.mask;
+      without_tensor.mask = nullptr;
+      const int q_first = row0 / p.group, q_last = (row0 + rows_here - 1) / p.group;
+      vote_keys = attn::KeyMask<true>(without_tensor, b, static_cast<int64_t>(kv) * p.group)
+                      .unmasked_keys(q_first, q_last);
+      vote_row = reinterpret_cast<const unsigned char*>(
+          attn::KeyMask<true>(p.mask, b, static_cast<int64_t>(kv) * p.group).mask_head);
+    }
 
     for (int it = 0; it < my_tiles; ++it) {
       // Refill the stage tile it - 1 used (every lane finished it: __syncwarp at loop end).
@@ -1095,7 +1131,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_gqa_kernel(const GqaP
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[j][e] = attn::softcap_score(s[j][e], p.mask);
       }
-      if (!(key0 >= unmasked.x && key0 + kT <= unmasked.y)) {
+      bool masked_tile = !(key0 >= unmasked.x && key0 + kT <= unmasked.y);
+      if constexpr (Cfg::kMaskVote) {
+        // Only the mask may hide a key of this tile: lane i asks its byte for key key0 + i.
+        if (masked_tile && key0 >= vote_keys.x && key0 + kT <= vote_keys.y) {
+          const bool kept =
+              lane >= kT || vote_row[static_cast<int64_t>(key0 + lane) * p.mask.mask_stride_k] != 0;
+          masked_tile = !__all_sync(0xffffffffu, kept);
+        }
+      }
+      if (masked_tile) {
         const int col0 = key0 + 2 * (lane & 3);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
@@ -1377,6 +1422,20 @@ extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD96, PagedKv>();
 extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128, PagedKv>();
 extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD128Compact, PagedKv>();
 extern template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaD256, PagedKv>();
+// The mask-vote kernels (GqaMaskVote), for the contiguous cache: every configuration up to head
+// dim 128 (kCanVote), and its persistent grid's.
+#define ATTN_GQA_VOTE_EXTERNS(E)                                                                  \
+  extern template GqaKernel<ContiguousKv> gqa_kernel<E, GqaMaskVote<GqaD64>, ContiguousKv>();            \
+  extern template GqaKernel<ContiguousKv> gqa_kernel<E, GqaMaskVote<GqaD96>, ContiguousKv>();            \
+  extern template GqaKernel<ContiguousKv> gqa_kernel<E, GqaMaskVote<GqaD128>, ContiguousKv>();           \
+  extern template GqaKernel<ContiguousKv> gqa_kernel<E, GqaMaskVote<GqaD128Compact>, ContiguousKv>();    \
+  extern template GqaKernel<ContiguousKv> gqa_kernel<E, GqaWalk<GqaMaskVote<GqaD64>>, ContiguousKv>();   \
+  extern template GqaKernel<ContiguousKv> gqa_kernel<E, GqaWalk<GqaMaskVote<GqaD96>>, ContiguousKv>();   \
+  extern template GqaKernel<ContiguousKv> gqa_kernel<E, GqaWalk<GqaMaskVote<GqaD128>>, ContiguousKv>();  \
+  extern template GqaKernel<ContiguousKv> gqa_kernel<E, GqaWalk<GqaMaskVote<GqaD128Compact>>, ContiguousKv>();
+ATTN_GQA_VOTE_EXTERNS(__half)
+ATTN_GQA_VOTE_EXTERNS(__nv_bfloat16)
+#undef ATTN_GQA_VOTE_EXTERNS
 // The persistent grid's kernels (GqaWalk), where a configuration has one (kCanWalk).
 extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD64>, ContiguousKv>();
 extern template GqaKernel<ContiguousKv> gqa_kernel<__half, GqaWalk<GqaD96>, ContiguousKv>();

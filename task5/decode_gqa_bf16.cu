@@ -4,7 +4,8 @@
 // One file per element type, so that the build compiles them in parallel: the 20
 // instantiations in one file were among the longest compiles of the task 5 extension. Five
 // configurations (head dims 64, 96, 128 with 8 or 4 warps, 256), each for the contiguous cache
-// (ContiguousKv) and the paged one (PagedKv, decode_paged.cuh).
+// (ContiguousKv) and the paged one (PagedKv, decode_paged.cuh); the persistent grid's (GqaWalk)
+// and the mask vote's (GqaMaskVote, contiguous cache) beside them.
 
 #include "decode_gqa.cuh"
 
@@ -29,5 +30,15 @@ template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD64>, PagedKv>(
 template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD96>, PagedKv>();
 template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128>, PagedKv>();
 template GqaKernel<PagedKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaD128Compact>, PagedKv>();
+
+// The mask-vote kernels (GqaMaskVote): contiguous cache, head dims up to 128 (kCanVote).
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaMaskVote<GqaD64>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaMaskVote<GqaD96>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaMaskVote<GqaD128>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaMaskVote<GqaD128Compact>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaMaskVote<GqaD64>>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaMaskVote<GqaD96>>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaMaskVote<GqaD128>>, ContiguousKv>();
+template GqaKernel<ContiguousKv> gqa_kernel<__nv_bfloat16, GqaWalk<GqaMaskVote<GqaD128Compact>>, ContiguousKv>();
 
 }  // namespace attn_gqa

@@ -165,7 +165,7 @@ def gqa_small_group(args=None):
                     gen, device, splits=(1, 3))
     mma_small = [(2, 4, 2, 3, 37, 64, "causal", "softcap sinks scale"),
                  (3, 8, 2, 1, 37, 128, "lengths", "empty nan"),
-                 (2, 6, 2, 5, 40, 96, "mask-bool", "")]
+                 (2, 6, 2, 5, 40, 96, "mask-bool", ""), (2, 6, 2, 1, 70, 128, "mask-shared", "")]
     persistent = [(3, 8, 2, 1, 37, 128, "lengths", "empty nan"), (2, 8, 4, 1, 20, 64, "causal", "sinks")]
     return (checks + _mma_sweep(mma_small, gen, device, splits=(1, 3), dtypes=("fp16",))
             + _persistent_checks(persistent, gen, device)), {}
@@ -257,6 +257,10 @@ MMA_SWEEP = [
     (3, 8, 2, 1, 700, 64, "causal", "scale"),
     (4, 8, 2, 2, 999, 128, "left-window", "softcap sinks scale nan empty"),
     (2, 8, 2, 1, 333, 128, "mask-float", "softcap sinks scale"),
+    # a bool mask every head and query row of a sequence shares: the mask-vote kernels
+    (2, 8, 2, 1, 1023, 128, "mask-shared", ""), (3, 8, 2, 1, 700, 64, "mask-shared-left", "empty nan"),
+    (2, 16, 4, 1, 999, 96, "mask-shared-window", "nan"), (2, 8, 2, 4, 513, 128, "mask-shared", ""),
+    (3, 8, 2, 1, 1500, 128, "mask-shared", "softcap sinks"), (2, 8, 2, 1, 300, 256, "mask-shared", ""),
 ]
 MMA_LONG = [(1, 8, 2, 1, 131072, 128, "causal", "")]
 # Split decodes merged by decode.cu's merge kernel instead of their last block (as when no
@@ -266,13 +270,30 @@ MMA_LONG = [(1, 8, 2, 1, 131072, 128, "causal", "")]
 MMA_PERSISTENT = [(5, 8, 2, 1, 300, 128, "window", "nan"), (4, 16, 4, 1, 700, 128, "left", "empty nan"),
                   (3, 16, 4, 1, 200, 96, "left-window", "softcap sinks scale nan"),
                   (4, 32, 8, 3, 90, 128, "causal", ""), (3, 32, 4, 4, 60, 64, "causal", ""),
-                  (2, 8, 2, 1, 64, 128, "mask-float", "")]
+                  (2, 8, 2, 1, 64, 128, "mask-float", ""), (4, 16, 4, 1, 700, 128, "mask-shared-left", "empty nan")]
 MMA_MERGE_KERNEL = [(2, 8, 2, 1, 1023, 128, "causal", ""), (1, 32, 1, 1, 2049, 128, "causal", ""),
                     (2, 8, 2, 5, 700, 64, "left-window", "sinks nan empty"),
                     (2, 8, 2, 3, 900, 256, "mask-bool", "softcap")]
 # Through task5.attention.attention (the routing must pick decode_gqa.cu for these).
 MMA_ROUTED = [(2, 8, 2, 1, 1023, 128, "causal", ""), (2, 8, 2, 4, 513, 64, "window", ""),
               (3, 8, 4, 1, 700, 128, "left", "softcap sinks scale")]
+
+
+def _shared_bool_mask(batch, seq_k, gen, device, empty=False):
+    """A bool mask [B, 1, 1, S_k] that every head and query row of a sequence shares
+    (transformers' padding mask; decode_gqa.cu's mask-vote kernels take it): each sequence's
+    first keys dropped (padding), a run of 40 dropped keys (whole key tiles) and three single
+    ones (tiles where the vote finds a dropped key); with `empty`, the last sequence sees none."""
+    cols = torch.arange(seq_k, device=device)
+    pads = torch.randint(0, max(1, seq_k // 3), (batch, 1), device=device, generator=gen)
+    pads[0] = 0
+    start = torch.randint(0, max(1, seq_k - 40), (batch, 1), device=device, generator=gen)
+    keep = (cols >= pads) & ~((cols >= start) & (cols < start + 40))
+    singles = torch.randint(0, seq_k, (batch, 3), device=device, generator=gen)
+    keep.scatter_(1, singles, False)
+    if empty and batch > 1:
+        keep[-1] = False
+    return keep.view(batch, 1, 1, seq_k)
 
 
 def _mma_variant(pattern, options, batch, heads_q, seq_q, seq_k, dtype, gen, device) -> Variant:
@@ -289,13 +310,19 @@ def _mma_variant(pattern, options, batch, heads_q, seq_q, seq_k, dtype, gen, dev
         mask[0, 0, 0] = False                                # a row that sees nothing
     elif pattern == "mask-float":
         mask = (torch.randn(batch, 1, seq_q, seq_k, device=device, generator=gen) * 2).to(dtype)
+    elif pattern.startswith("mask-shared"):
+        mask = _shared_bool_mask(batch, seq_k, gen, device, empty="empty" in options)
+    if pattern.endswith("-left"):                            # the mask and left-padded lengths
+        lengths = torch.randint(1, seq_k + 1, (batch,), device=device, generator=gen,
+                                dtype=torch.int32)
+        lengths[0] = seq_k
     sinks = None
     if "sinks" in options:
         sinks = torch.randn(heads_q, device=device, generator=gen) * 2
     return Variant(causal=not pattern.startswith("full"),
                    window=max(1, seq_k // 3) if "window" in pattern else None,
                    stride=3 if pattern == "stride" else 1, mask=mask, key_lengths=lengths,
-                   left_padding=pattern.startswith("left"),
+                   left_padding=pattern.startswith("left") or pattern.endswith("-left"),
                    softcap=30.0 if "softcap" in options else None, sinks=sinks,
                    scale=0.3 if "scale" in options else None)
 
@@ -388,6 +415,37 @@ def _persistent_checks(cases, gen, device) -> list[Check]:
     return checks
 
 
+# The mask-vote kernels against the elementwise predicate (ATTN_GQA_MASK_VOTE=0): a split
+# decode, several query rows, a window with left padding, and a persistent grid of 2 blocks.
+MMA_MASK_VOTE = [(2, 8, 2, 1, 1023, 128, "mask-shared", "", None),
+                 (2, 8, 2, 3, 513, 64, "mask-shared", "", 4),
+                 (3, 16, 4, 1, 999, 96, "mask-shared-window", "", None),
+                 (4, 16, 4, 1, 700, 128, "mask-shared-left", "empty", "walk")]
+
+
+def _mask_vote_checks(cases, gen, device) -> list[Check]:
+    """A tile the vote finds every key kept in skips only a predicate that would hide nothing:
+    the mask-vote kernels' output is bit for bit the elementwise predicate's."""
+    checks = []
+    for b, hq, hkv, sq, sk, d, pattern, options, splits in cases:
+        for dname in MMA_DTYPES:
+            dtype = DTYPES[dname]
+            q, k, v = _mma_inputs(b, hq, hkv, sq, sk, d, dtype, gen, device, options)
+            variant = _mma_variant(pattern, options, b, hq, sq, sk, dtype, gen, device)
+            grid = "2" if splits == "walk" else None
+            num_splits = 1 if splits == "walk" else splits
+            with env_setting("ATTN_GQA_PERSISTENT_GRID", grid):
+                voted = _run_gqa(q, k, v, variant, None, num_splits)
+                with env_setting("ATTN_GQA_MASK_VOTE", "0"):
+                    elementwise = _run_gqa(q, k, v, variant, None, num_splits)
+            checks.append(Check(
+                f"{dname} decode_gqa mask vote, B{b} Hq{hq}/Hkv{hkv} Sq{sq} Sk{sk} D{d}: "
+                f"{variant.describe()}{f' ({options})' if options else ''}, splits "
+                f"{splits or 'auto'}: bit for bit the elementwise predicate's output",
+                torch.equal(voted.view(torch.int16), elementwise.view(torch.int16))))
+    return checks
+
+
 # Settled tiles (fresh_keys): (B, H_q, H_kv, S_q, S_k, D, pattern, fresh keys, splits). Task 6's
 # step (lengths on the device), a window, S_q 4 with its 4 keys fresh, head dims 96 and 256, no
 # key fresh, more fresh keys than keys, and left padding (where the promise is not used).
@@ -471,6 +529,7 @@ def gqa_mma_group(args=None):
         checks += _mma_sweep(MMA_MERGE_KERNEL, gen, device, splits=(None, 5),
                              suffix=" [merge kernel]")
     checks += _persistent_checks(MMA_PERSISTENT, gen, device)
+    checks += _mask_vote_checks(MMA_MASK_VOTE, gen, device)
     checks += _settled_checks(gen, device)
     checks += _graph_checks(gen, device)
     ext = attention_module._ext()

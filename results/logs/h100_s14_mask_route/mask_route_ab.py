@@ -9,10 +9,14 @@ CUDA-graph replays (32 calls per graph over 2 input sets), 7 interleaved rounds,
 import json, os, time
 import torch
 from common.graphs import graph_per_call_timer
+from common.harness import env_setting
 from common.timing import interleaved_medians
 from task5.attention import attention
 
 OUT = os.environ.get("OUT", ".")
+# MASK_ROUTE_VOTE_ARM=1: the mask route with and without decode_gqa.cu's mask vote (branch
+# gqa-mask-vote); without it, the first run's two arms.
+VOTE_ARM = os.environ.get("MASK_ROUTE_VOTE_ARM") == "1"
 SHAPES = [  # (batch, query heads, KV heads, keys, head_dim)
     (8, 32, 8, 8192, 128), (4, 32, 8, 1074, 128), (1, 32, 8, 32768, 128), (64, 32, 8, 1024, 128),
     (3, 14, 2, 88, 64), (3, 8, 2, 88, 32)]
@@ -38,15 +42,22 @@ for b, hq, hkv, sk, d in SHAPES:
     def mask_route(q, k, v, lengths, mask):
         return attention(q, k, v, causal=True, key_lengths=lengths, left_padding=True, mask=mask)
 
-    same = all(torch.equal(structured(*s), mask_route(*s)) for s in sets)
+    def mask_elementwise(*inputs):  # the mask route without the mask vote (read at capture)
+        with env_setting("ATTN_GQA_MASK_VOTE", "0"):
+            return mask_route(*inputs)
+
+    same = all(torch.equal(structured(*s), mask_route(*s)) and torch.equal(structured(*s), mask_elementwise(*s))
+               for s in sets)
     diff = max((structured(*s).float() - mask_route(*s).float()).abs().max().item() for s in sets)
-    med = interleaved_medians({"structured": graph_per_call_timer(structured, sets),
-                               "mask": graph_per_call_timer(mask_route, sets)}, rounds=7, repeats=20)
+    timers = {"structured": graph_per_call_timer(structured, sets),
+              "mask": graph_per_call_timer(mask_route, sets)}
+    if VOTE_ARM:
+        timers["mask_elementwise"] = graph_per_call_timer(mask_elementwise, sets)
+    med = interleaved_medians(timers, rounds=7, repeats=20)
     name = f"b{b}_hq{hq}_hkv{hkv}_ctx{sk}_d{d}"
-    res["shapes"][name] = {"structured_us": med["structured"] * 1e3, "mask_us": med["mask"] * 1e3,
-                           "bit_equal": same, "max_abs_diff": diff}
-    print(f"{name:28s} structured {med['structured'] * 1e3:8.2f} us   mask route {med['mask'] * 1e3:8.2f} us"
-          f"   mask / structured {med['mask'] / med['structured']:.3f}   outputs bit-equal {same} "
-          f"(max diff {diff:.2e})", flush=True)
+    res["shapes"][name] = {f"{arm}_us": t * 1e3 for arm, t in med.items()}
+    res["shapes"][name].update(bit_equal=same, max_abs_diff=diff)
+    line = "   ".join(f"{arm} {t * 1e3:8.2f} us ({t / med['structured']:.3f})" for arm, t in med.items())
+    print(f"{name:28s} {line}   outputs bit-equal {same} (max diff {diff:.2e})", flush=True)
 print(f"{time.time() - t0:.0f} s")
 json.dump(res, open(os.path.join(OUT, "mask_route_ab.json"), "w"), indent=1)
