@@ -187,6 +187,14 @@ def _keep_candidates(batch: int, seq_q: int, seq_k: int, begin: torch.Tensor, en
         yield False, left_padding, False, in_range.expand(b, 1, seq_q, seq_k)
 
 
+def _seen_keys(keep: torch.Tensor, seq_k: int):
+    """keep [b, h, Sq, Sk] -> (seen [b, Sk]: the keys some row of b sees, any_seen [b], begin
+    [b]: the first of them, or Sk where none is)."""
+    seen = keep.any(dim=2).any(dim=1)
+    any_seen = seen.any(dim=-1)
+    return seen, any_seen, torch.where(any_seen, seen.to(torch.uint8).argmax(dim=-1), seq_k)
+
+
 def _plan_decode(keep: torch.Tensor, batch: int, seq_k: int) -> Plan:
     """One query row per sequence (a decode step), bool mask [b, h, 1, Sk]. The row is
     structured iff its visible keys are one contiguous range ending at the last key (left
@@ -214,8 +222,7 @@ def _plan_decode(keep: torch.Tensor, batch: int, seq_k: int) -> Plan:
                     reason="decode mask is one key range")
     # No single key range (or heads that differ): the mask itself, and the first key any head
     # sees as a left-padded key range, so that the kernel skips the tiles before it.
-    seen = keep.any(dim=2).any(dim=1)                 # [b, Sk]
-    begin = torch.where(seen.any(dim=-1), seen.to(torch.uint8).argmax(dim=-1), seq_k)
+    _, _, begin = _seen_keys(keep, seq_k)
     lengths = (None if bool((begin == 0).all())
                else (seq_k - begin).to(torch.int32).expand(batch).contiguous())
     return Plan("mask", causal=True, mask=keep, key_lengths=lengths,
@@ -248,9 +255,7 @@ def plan_from_mask(mask: torch.Tensor, query: torch.Tensor, key: torch.Tensor) -
     if seq_q == 1 and keep_drop is None:
         return _plan_decode(keep, batch, seq_k)
     b = keep.shape[0]
-    seen = keep.any(dim=2).any(dim=1)                 # [b, Sk]: keys some row of b sees
-    any_seen = seen.any(dim=-1)
-    begin = torch.where(any_seen, seen.to(torch.uint8).argmax(dim=-1), seq_k)
+    seen, any_seen, begin = _seen_keys(keep, seq_k)
     end = torch.where(any_seen, seq_k - seen.flip(-1).to(torch.uint8).argmax(dim=-1), 0)
     width = keep.sum(dim=-1).amax()
     candidates = list(_keep_candidates(b, seq_q, seq_k, begin, end, width))
