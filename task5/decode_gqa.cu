@@ -231,8 +231,8 @@ torch::Tensor launch_decode_gqa(const torch::Tensor& q, const KvLayout& kv_layou
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   // A bool mask whose row every row of a tile shares (broadcast over heads, and one query per
   // sequence or broadcast over queries: transformers' padding mask) runs the mask-vote kernels
-  // (GqaMaskVote; contiguous cache, head dims up to 128). ATTN_GQA_MASK_VOTE=0 (read on every call, so that one
-  // process can compare) keeps it on the elementwise predicate everywhere.
+  // (GqaMaskVote; contiguous cache, head dims up to 128). ATTN_GQA_MASK_VOTE=0 (read on every
+  // call, so that one process can compare) keeps it on the elementwise predicate everywhere.
   const bool mask_vote = std::is_same_v<KvLayout, ContiguousKv> && mask.mask != nullptr &&
                          mask.mask_kind == attn::kBoolMask && mask.mask_stride_h == 0 &&
                          (seq_q == 1 || mask.mask_stride_q == 0) &&
